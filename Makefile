@@ -1,0 +1,41 @@
+# Conveyor: `make run` to try it, `make test` to check it. See README.md.
+SHELL := /bin/bash
+PY := .venv/bin/python
+PORT ?= 8000
+export PORT
+
+.PHONY: install run test lint format bench lock clean
+
+install:
+	@scripts/install
+
+run: install
+	@$(PY) manage.py migrate --noinput
+	@$(PY) manage.py setup_periodic_tasks
+	@$(PY) manage.py seed_demo
+	@exec .venv/bin/honcho start -f Procfile
+
+test: install
+	@scripts/test-services
+	@scripts/run-tests
+
+lint: install
+	@.venv/bin/ruff check .
+	@.venv/bin/ruff format --check .
+
+format: install
+	@.venv/bin/ruff format .
+	@.venv/bin/ruff check --fix .
+
+bench: install
+	@scripts/test-services
+	@$(PY) -m bench
+
+# Re-pin every dependency (needs the network): edit pyproject.toml first.
+lock:
+	@$(PY) -m pip install --quiet pip-tools==7.6.2
+	@.venv/bin/pip-compile --quiet --generate-hashes --allow-unsafe --extra test --strip-extras \
+		--no-emit-index-url --no-emit-find-links -o requirements.lock pyproject.toml
+
+clean:
+	rm -rf .venv var .pytest_cache

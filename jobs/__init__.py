@@ -1,0 +1,5 @@
+"""Conveyor's job engine: durable Job rows, executed by Celery workers."""
+
+from jobs.errors import Permanent, Snooze
+
+__all__ = ("Permanent", "Snooze")

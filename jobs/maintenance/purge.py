@@ -1,0 +1,64 @@
+"""Purge: delete finished jobs past their retention, in bounded batches.
+
+``succeeded`` and ``cancelled`` jobs older than ``CONVEYOR_PURGE_COMPLETED_RETENTION``
+(default 7d) and ``dead`` jobs older than ``CONVEYOR_PURGE_DEAD_RETENTION`` (default 30d) are
+deleted at most 1,000 rows per statement, until a batch comes back short; the filter runs on
+the ``(status, finished_at)`` index. django-celery-results rows past
+``CELERY_RESULT_EXPIRES`` go too.
+
+Runs every ``CONVEYOR_PURGE_INTERVAL`` (default 1h). Logs one ``maintenance.purge`` line.
+"""
+
+import logging
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.utils import timezone
+from django_celery_results.models import TaskResult
+
+from jobs import conf
+from jobs.models import Job, JobStatus
+
+logger = logging.getLogger("jobs.maintenance")
+BATCH_SIZE = 1000
+
+
+@dataclass(frozen=True)
+class PurgeResult:
+    completed: int = 0
+    dead: int = 0
+    task_results: int = 0
+
+
+def delete_in_batches(queryset, batch_size: int = BATCH_SIZE) -> int:
+    """Delete the rows of ``queryset`` ``batch_size`` at a time; return how many went."""
+    deleted = 0
+    while True:
+        ids = list(queryset.values_list("pk", flat=True)[:batch_size])
+        if ids:
+            deleted += queryset.model.objects.filter(pk__in=ids).delete()[0]
+        if len(ids) < batch_size:
+            return deleted
+
+
+def purge(batch_size: int = BATCH_SIZE) -> PurgeResult:
+    """Delete finished jobs and task results past their retention; return the counts."""
+    now = timezone.now()
+    options = conf.get()
+    completed = delete_in_batches(
+        Job.objects.filter(
+            status__in=[JobStatus.SUCCEEDED, JobStatus.CANCELLED],
+            finished_at__lt=now - options.completed_retention,
+        ),
+        batch_size,
+    )
+    dead = delete_in_batches(
+        Job.objects.filter(status=JobStatus.DEAD, finished_at__lt=now - options.dead_retention),
+        batch_size,
+    )
+    results = delete_in_batches(
+        TaskResult.objects.filter(date_done__lt=now - settings.CELERY_RESULT_EXPIRES), batch_size
+    )
+    result = PurgeResult(completed=completed, dead=dead, task_results=results)
+    logger.info("maintenance.purge", extra=vars(result))
+    return result

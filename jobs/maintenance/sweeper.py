@@ -1,0 +1,108 @@
+"""Sweeper: re-publish jobs that are due but that no worker has claimed.
+
+The broker is only the doorbell. A message lost in a flushed Redis, a broker that was down
+at commit time, or a job scheduled beyond the publish horizon all leave a ``queued`` or
+``retrying`` row that nobody will claim. The sweeper finds rows due for longer than
+``CONVEYOR_SWEEPER_GRACE`` (default 1m) and publishes them again; a duplicate it causes is
+turned away by the claim. Scheduled jobs about to come due are published with their
+countdown. A row is re-sent with exponential spacing (grace, 2×grace, 4×grace, …) so a deep
+backlog is not multiplied, and not at all while the broker queue already holds at least as
+many messages as there are candidates for it.
+
+Runs every ``CONVEYOR_SWEEPER_INTERVAL`` (default 1m). Logs one ``maintenance.sweeper`` line.
+"""
+
+import logging
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.db.models import F
+from django.utils import timezone
+
+from jobs import conf
+from jobs.models import PENDING, Job
+from jobs.publish import SCHEDULE_HORIZON_SECONDS, publish
+from jobs.services import log_job
+
+logger = logging.getLogger("jobs.maintenance")
+BATCH_SIZE = 1000
+MAX_BACKOFF_DOUBLINGS = 5
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    republished: int = 0
+    scheduled: int = 0
+    skipped_backlog: int = 0
+
+
+def _queue_depth(queue: str) -> int | None:
+    """Return how many messages wait in broker queue ``queue``, or None if unknown."""
+    from project.celery import app
+
+    try:
+        with app.connection_for_write() as conn:
+            return conn.default_channel.queue_declare(queue=queue, passive=True).message_count
+    except Exception as exc:
+        logger.warning("sweeper.queue_depth_unknown", extra={"queue": queue, "error": repr(exc)})
+        return None
+
+
+def _candidates(now) -> list[Job]:
+    grace = conf.get().sweeper_grace
+    rows = list(
+        Job.objects.filter(status__in=PENDING, run_after__lte=now - grace).order_by(
+            "-priority", "run_after"
+        )[: BATCH_SIZE * 10]
+    )
+    spaced = []
+    for job in rows:
+        spacing = grace * 2 ** min(job.publish_count, MAX_BACKOFF_DOUBLINGS)
+        if job.published_at is None or job.published_at <= now - spacing:
+            spaced.append(job)
+    return spaced
+
+
+def sweep() -> SweepResult:
+    """Publish overdue unclaimed jobs and soon-due scheduled ones; return the counts."""
+    now = timezone.now()
+    by_queue: dict[str, list[Job]] = defaultdict(list)
+    for job in _candidates(now):
+        by_queue[job.queue].append(job)
+    republished = skipped = 0
+    for queue, jobs in by_queue.items():
+        depth = _queue_depth(queue)
+        if depth is not None and depth >= len(jobs):
+            skipped += len(jobs)
+            continue
+        _mark_published(jobs, now)
+        for job in jobs:
+            log_job("job.swept", job)
+        republished += publish(jobs)
+    scheduled = _publish_coming_due(now)
+    result = SweepResult(republished=republished, scheduled=scheduled, skipped_backlog=skipped)
+    logger.info("maintenance.sweeper", extra=vars(result))
+    return result
+
+
+def _mark_published(jobs: list[Job], now) -> None:
+    Job.objects.filter(pk__in=[job.pk for job in jobs]).update(
+        published_at=now, publish_count=F("publish_count") + 1
+    )
+
+
+def _publish_coming_due(now) -> int:
+    """Publish scheduled jobs that were beyond the horizon at enqueue and are now within it."""
+    horizon = now + timedelta(seconds=SCHEDULE_HORIZON_SECONDS)
+    jobs = list(
+        Job.objects.filter(
+            status__in=PENDING,
+            run_after__gt=now,
+            run_after__lte=horizon,
+            published_at__lt=F("run_after") - timedelta(seconds=SCHEDULE_HORIZON_SECONDS),
+        )[:BATCH_SIZE]
+    )
+    if jobs:
+        _mark_published(jobs, now)
+    return publish(jobs)

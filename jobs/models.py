@@ -1,0 +1,128 @@
+"""The Job row (the truth about every unit of background work), AuditLog and Notification."""
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+
+class JobStatus(models.TextChoices):
+    # Written by enqueue and by an operator's retry; left by a worker's claim or a cancel.
+    QUEUED = "queued", "Queued"
+    # Written by the claim; left by complete, fail, snooze, cancel, the reaper or the
+    # lost-worker handler.
+    RUNNING = "running", "Running"
+    # Waiting for its run_after after a failure or a snooze; left by a claim or a cancel.
+    RETRYING = "retrying", "Retrying"
+    # Final.
+    SUCCEEDED = "succeeded", "Succeeded"
+    # Attempts exhausted, Permanent error or worker lost too often; left only by an
+    # operator's retry.
+    DEAD = "dead", "Dead"
+    # Cancelled before or during a run; left only by an operator's retry.
+    CANCELLED = "cancelled", "Cancelled"
+
+
+S = JobStatus
+
+# The one table of allowed moves. jobs.transitions.transition() enforces it.
+TRANSITIONS: dict[str, frozenset[str]] = {
+    S.QUEUED: frozenset({S.RUNNING, S.CANCELLED}),
+    S.RUNNING: frozenset({S.SUCCEEDED, S.RETRYING, S.DEAD, S.CANCELLED}),
+    S.RETRYING: frozenset({S.RUNNING, S.CANCELLED}),
+    S.SUCCEEDED: frozenset(),
+    S.DEAD: frozenset({S.QUEUED}),
+    S.CANCELLED: frozenset({S.QUEUED}),
+}
+FINISHED = frozenset({S.SUCCEEDED, S.DEAD, S.CANCELLED})
+PENDING = frozenset({S.QUEUED, S.RETRYING})
+
+
+class Job(models.Model):
+    """One unit of background work, executed by a Celery task that receives only its id."""
+
+    task = models.CharField(max_length=200, help_text="Celery task name")
+    queue = models.CharField(max_length=100, default="default")
+    payload = models.JSONField(default=dict, blank=True)
+    status = models.CharField(max_length=16, choices=JobStatus.choices, default=JobStatus.QUEUED)
+    priority = models.SmallIntegerField(default=0)
+    attempts = models.PositiveIntegerField(default=0)
+    max_attempts = models.PositiveIntegerField(default=5)
+    run_after = models.DateTimeField()
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    locked_by = models.CharField(max_length=200, blank=True, default="")
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)
+    idempotency_key = models.CharField(max_length=200, null=True, blank=True)
+    last_error = models.TextField(blank=True, default="")
+    result = models.JSONField(null=True, blank=True)
+    published_at = models.DateTimeField(null=True, blank=True)
+    publish_count = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["idempotency_key"],
+                condition=Q(idempotency_key__isnull=False),
+                name="job_idempotency_key_unique",
+            ),
+            models.CheckConstraint(
+                condition=Q(status__in=JobStatus.values), name="job_status_valid"
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["status", "lease_expires_at"], name="job_reaper_idx"),
+            models.Index(fields=["status", "run_after"], name="job_sweeper_idx"),
+            models.Index(fields=["status", "finished_at"], name="job_purge_idx"),
+            models.Index(fields=["queue", "status", "priority", "run_after"], name="job_queue_idx"),
+            models.Index(fields=["task", "status"], name="job_task_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"Job {self.pk} {self.task} [{self.status}]"
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in FINISHED
+
+
+class AuditLog(models.Model):
+    """An operator action or a dead letter: who did what to which object, and when."""
+
+    actor = models.CharField(max_length=200, help_text="username, token name or 'system'")
+    action = models.CharField(max_length=100)
+    target_type = models.CharField(max_length=100)
+    target_id = models.CharField(max_length=100)
+    details = models.JSONField(default=dict, blank=True)
+    at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        indexes = [models.Index(fields=["target_type", "target_id"], name="audit_target_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.actor} {self.action} {self.target_type}:{self.target_id}"
+
+
+class Notification(models.Model):
+    """An in-app notice in a user's inbox (dead letters, prune warnings, ...)."""
+
+    recipient = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="notifications"
+    )
+    topic = models.CharField(max_length=100)
+    title = models.CharField(max_length=300)
+    body = models.TextField(blank=True, default="")
+    data = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    read_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["recipient", "read_at"], name="notification_inbox_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.topic}: {self.title}"

@@ -1,0 +1,65 @@
+"""Read typed settings from the environment, failing loudly on a bad value.
+
+Durations accept plain seconds or a number with one unit: ``30s``, ``5m``, ``24h``, ``7d``.
+"""
+
+import os
+import re
+from datetime import timedelta
+
+from django.core.exceptions import ImproperlyConfigured
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
+_UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+def parse_duration(value: str) -> timedelta:
+    """Parse ``"90"``, ``"30s"``, ``"5m"``, ``"24h"`` or ``"7d"`` into a timedelta."""
+    match = _DURATION.match(str(value))
+    if not match:
+        raise ValueError(f"{value!r} is not a duration (use seconds or 30s, 5m, 24h, 7d)")
+    number, unit = match.groups()
+    return timedelta(seconds=float(number) * _UNIT_SECONDS[unit])
+
+
+def duration(name: str, default: str) -> timedelta:
+    """Return the duration in environment variable ``name``, else ``default``."""
+    raw = os.environ.get(name, default)
+    try:
+        return parse_duration(raw)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name}: {exc}") from None
+
+
+def boolean(name: str, default: bool) -> bool:
+    """Return the boolean in environment variable ``name``, else ``default``."""
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    lowered = raw.strip().lower()
+    if lowered in _TRUE:
+        return True
+    if lowered in _FALSE:
+        return False
+    raise ImproperlyConfigured(f"{name}: {raw!r} is not a boolean (use true or false)")
+
+
+def integer(name: str, default: int, *, minimum: int = 0) -> int:
+    """Return the integer in environment variable ``name``, else ``default``."""
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}: {raw!r} is not an integer") from None
+    if value < minimum:
+        raise ImproperlyConfigured(f"{name}: {value} is below the minimum of {minimum}")
+    return value
+
+
+def string(name: str, default: str = "") -> str:
+    """Return environment variable ``name``, else ``default``."""
+    return os.environ.get(name, default)

@@ -1,0 +1,228 @@
+"""Conveyor's Django settings, read from the environment.
+
+Every variable has a documented default (docs/configuration.md). With no environment set,
+Conveyor runs embedded: SQLite in WAL mode and kombu's filesystem broker, both under ``var/``.
+"""
+
+import secrets
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+from project import env
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(env.string("CONVEYOR_VAR_DIR", str(BASE_DIR / "var"))).resolve()
+VAR_DIR.mkdir(parents=True, exist_ok=True)
+
+
+def _secret_key() -> str:
+    """Use DJANGO_SECRET_KEY, else a key generated once and kept in var/."""
+    configured = env.string("DJANGO_SECRET_KEY")
+    if configured:
+        return configured
+    key_file = VAR_DIR / "secret_key"
+    if not key_file.exists():
+        key_file.write_text(secrets.token_urlsafe(50))
+        key_file.chmod(0o600)
+    return key_file.read_text().strip()
+
+
+SECRET_KEY = _secret_key()
+DEBUG = env.boolean("DJANGO_DEBUG", False)
+ALLOWED_HOSTS = [
+    h.strip()
+    for h in env.string("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost").split(",")
+    if h.strip()
+]
+CSRF_TRUSTED_ORIGINS = [
+    o.strip() for o in env.string("DJANGO_CSRF_TRUSTED_ORIGINS").split(",") if o.strip()
+]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_celery_beat",
+    "django_celery_results",
+    "jobs",
+    "webhooks",
+    "deployments",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "project.urls"
+WSGI_APPLICATION = "project.wsgi.application"
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+
+def _database() -> dict:
+    """Parse DATABASE_URL, else an SQLite file in var/ tuned for several processes."""
+    url = env.string("DATABASE_URL")
+    if not url:
+        return {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": VAR_DIR / "conveyor.sqlite3",
+            "OPTIONS": {
+                # IMMEDIATE takes the write lock at BEGIN, so two writers queue on the busy
+                # timeout instead of failing with "database is locked" mid-transaction.
+                "transaction_mode": "IMMEDIATE",
+                "timeout": 20,
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+            },
+        }
+    try:
+        config = dj_database_url.parse(url, conn_max_age=60, conn_health_checks=True)
+    except Exception as exc:  # dj-database-url raises several types for a bad URL
+        raise ImproperlyConfigured(f"DATABASE_URL is not a usable database URL ({exc})") from None
+    if not config.get("ENGINE"):
+        raise ImproperlyConfigured("DATABASE_URL names no supported database engine")
+    if config["ENGINE"] == "django.db.backends.postgresql":
+        config.setdefault("OPTIONS", {}).setdefault("connect_timeout", 5)
+    return config
+
+
+DATABASES = {"default": _database()}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = VAR_DIR / "static"
+STATIC_ROOT.mkdir(exist_ok=True)
+WHITENOISE_USE_FINDERS = True
+DATA_UPLOAD_MAX_MEMORY_SIZE = 1024 * 1024
+
+# --- Celery (read by project/celery.py under the CELERY_ namespace) -----------------------
+_DEFAULT_BROKER_DIR = VAR_DIR / "broker"
+CELERY_BROKER_URL = env.string("CELERY_BROKER_URL", "filesystem://")
+if CELERY_BROKER_URL.startswith("filesystem://"):
+    for sub in ("queue", "processed"):
+        (_DEFAULT_BROKER_DIR / sub).mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(_DEFAULT_BROKER_DIR / "queue"),
+        "data_folder_out": str(_DEFAULT_BROKER_DIR / "queue"),
+        "processed_folder": str(_DEFAULT_BROKER_DIR / "processed"),
+        "store_processed": False,
+    }
+else:
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        # A retry countdown is held unacknowledged by a worker until it is due; Redis
+        # redelivers anything unacknowledged after visibility_timeout, so it must stay well
+        # above the longest retry delay (CELERY_TASK_RETRY_BACKOFF_MAX).
+        "visibility_timeout": 4 * 3600,
+        "socket_connect_timeout": 3,
+        "socket_timeout": 10,
+        "max_retries": 2,
+    }
+CELERY_RESULT_BACKEND = "django-db"
+CELERY_RESULT_EXTENDED = True
+CELERY_RESULT_EXPIRES = env.duration("CONVEYOR_RESULT_RETENTION", "7d")
+CELERY_BROKER_CONNECTION_TIMEOUT = 3
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_TIMEZONE = "UTC"
+CELERY_TASK_ACKS_LATE = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_TRACK_STARTED = False
+CELERY_TASK_DEFAULT_QUEUE = "default"
+CELERY_TASK_RETRY_BACKOFF_MAX = 900
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+CELERY_WORKER_REDIRECT_STDOUTS = False
+CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+CELERY_WORKER_SEND_TASK_EVENTS = False
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+
+if (
+    CELERY_BROKER_TRANSPORT_OPTIONS.get("visibility_timeout", 1e9)
+    < CELERY_TASK_RETRY_BACKOFF_MAX * 4
+):
+    raise ImproperlyConfigured("visibility_timeout must stay well above retry_backoff_max")
+
+# --- Django's built-in tasks framework runs on Conveyor's job engine ----------------------
+TASKS = {"default": {"BACKEND": "jobs.backends.ConveyorBackend"}}
+
+# --- Conveyor ---------------------------------------------------------------------------
+CONVEYOR_JOB_LEASE_TIMEOUT = env.duration("CONVEYOR_JOB_LEASE_TIMEOUT", "5m")
+CONVEYOR_JOB_MAX_ATTEMPTS = env.integer("CONVEYOR_JOB_MAX_ATTEMPTS", 5, minimum=1)
+CONVEYOR_REAPER_INTERVAL = env.duration("CONVEYOR_REAPER_INTERVAL", "1m")
+CONVEYOR_SWEEPER_INTERVAL = env.duration("CONVEYOR_SWEEPER_INTERVAL", "1m")
+CONVEYOR_SWEEPER_GRACE = env.duration("CONVEYOR_SWEEPER_GRACE", "1m")
+CONVEYOR_PURGE_INTERVAL = env.duration("CONVEYOR_PURGE_INTERVAL", "1h")
+CONVEYOR_PURGE_COMPLETED_RETENTION = env.duration("CONVEYOR_PURGE_COMPLETED_RETENTION", "7d")
+CONVEYOR_PURGE_DEAD_RETENTION = env.duration("CONVEYOR_PURGE_DEAD_RETENTION", "30d")
+CONVEYOR_WORKSPACE_FETCH_INTERVAL = env.duration("CONVEYOR_WORKSPACE_FETCH_INTERVAL", "5m")
+CONVEYOR_WORKTREE_PRUNE_INTERVAL = env.duration("CONVEYOR_WORKTREE_PRUNE_INTERVAL", "24h")
+CONVEYOR_WORKTREE_IDLE_THRESHOLD = env.duration("CONVEYOR_WORKTREE_IDLE_THRESHOLD", "30d")
+CONVEYOR_WORKTREE_WARNING_LEAD = env.duration("CONVEYOR_WORKTREE_WARNING_LEAD", "72h")
+CONVEYOR_LOG_RETENTION = env.duration("CONVEYOR_LOG_RETENTION", "90d")
+CONVEYOR_WEBHOOKS_ENABLED = env.boolean("CONVEYOR_WEBHOOKS_ENABLED", True)
+CONVEYOR_WEBHOOK_TIMEOUT = env.duration("CONVEYOR_WEBHOOK_TIMEOUT", "10s")
+CONVEYOR_WEBHOOK_MAX_ATTEMPTS = env.integer("CONVEYOR_WEBHOOK_MAX_ATTEMPTS", 6, minimum=1)
+CONVEYOR_WEBHOOK_DISABLE_AFTER = env.integer("CONVEYOR_WEBHOOK_DISABLE_AFTER", 10, minimum=1)
+CONVEYOR_WEBHOOKS_ALLOW_PRIVATE = env.boolean("CONVEYOR_WEBHOOKS_ALLOW_PRIVATE", False)
+CONVEYOR_WORKSPACES_DIR = Path(env.string("CONVEYOR_WORKSPACES_DIR", str(VAR_DIR / "workspaces")))
+
+# --- Logging: one JSON object per line on stdout -----------------------------------------
+LOG_LEVEL = env.string("CONVEYOR_LOG_LEVEL", "INFO").upper()
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"json": {"()": "project.logging.JsonFormatter"}},
+    "handlers": {
+        "stdout": {
+            "class": "logging.StreamHandler",
+            "stream": "ext://sys.stdout",
+            "formatter": "json",
+        }
+    },
+    "root": {"handlers": ["stdout"], "level": LOG_LEVEL},
+    "loggers": {
+        "django.db.backends": {"level": "INFO"},
+        "celery.worker.strategy": {"level": "WARNING"},
+        "celery.app.trace": {"level": "WARNING"},
+        "kombu.connection": {"level": "ERROR"},
+    },
+}
+
+# --- Periodic maintenance, installed into django-celery-beat by `setup_periodic_tasks` ----
+# (name, Celery task, interval). Beat's DatabaseScheduler reads them from the database.
+CONVEYOR_PERIODIC_TASKS = [
+    ("conveyor: reap expired job leases", "maintenance.reap_jobs", CONVEYOR_REAPER_INTERVAL),
+    ("conveyor: sweep unclaimed jobs", "maintenance.sweep_jobs", CONVEYOR_SWEEPER_INTERVAL),
+    ("conveyor: purge finished jobs", "maintenance.purge_jobs", CONVEYOR_PURGE_INTERVAL),
+]
