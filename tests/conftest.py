@@ -1,0 +1,68 @@
+"""Shared fixtures: real Celery workers on the real test database and Redis."""
+
+import os
+from urllib.parse import urlparse
+
+import pytest
+from django.conf import settings
+
+import tests.jobtasks  # noqa: F401 - registers the test tasks in this process too
+from tests.processes import Worker
+
+ALL_QUEUES = "default,deployments,webhooks,maintenance"
+
+
+def _test_database_url() -> str:
+    """The URL of the database pytest-django created (``test_<name>``) for subprocesses."""
+    base = urlparse(os.environ["DATABASE_URL"])
+    return base._replace(path=f"/{settings.DATABASES['default']['NAME']}").geturl()
+
+
+@pytest.fixture
+def worker_env(transactional_db, tmp_path) -> dict:
+    """Environment for a subprocess that must see the same database and broker as the test."""
+    env = dict(os.environ)
+    env.update(
+        DATABASE_URL=_test_database_url(),
+        CELERY_BROKER_URL=settings.CELERY_BROKER_URL,
+        CONVEYOR_VAR_DIR=str(tmp_path / "var"),
+        PYTHONUNBUFFERED="1",
+    )
+    return env
+
+
+@pytest.fixture
+def purge_broker():
+    """Drop every message waiting in Conveyor's queues, so no test sees another's."""
+    from project.celery import QUEUES, app
+
+    def purge() -> None:
+        with app.connection_for_write() as conn:
+            channel = conn.default_channel
+            for queue in QUEUES:
+                channel.queue_purge(queue)
+            client = getattr(channel, "client", None)
+            if client is not None:  # Redis keeps unacknowledged and delayed messages aside
+                client.delete("unacked", "unacked_index", "unacked_mutex")
+
+    purge()
+    return purge
+
+
+@pytest.fixture
+def start_worker(worker_env, purge_broker):
+    """Start real ``celery worker`` processes; all are stopped when the test ends."""
+    started: list[Worker] = []
+
+    def start(
+        *, queues: str = ALL_QUEUES, concurrency: int = 2, env: dict | None = None, **kwargs
+    ) -> Worker:
+        worker = Worker(
+            {**worker_env, **(env or {})}, queues=queues, concurrency=concurrency, **kwargs
+        )
+        started.append(worker)
+        return worker
+
+    yield start
+    for worker in started:
+        worker.stop()

@@ -1,0 +1,82 @@
+"""Celery tasks used by the tests; workers load them with ``--include tests.jobtasks``.
+
+Each execution writes one AuditLog row (``action="test.executed"``) so a test can count how
+many times a job body really ran.
+"""
+
+import os
+import signal
+import time
+
+from celery import shared_task
+
+from jobs import Permanent, Snooze
+from jobs.models import AuditLog
+from jobs.task import JobContext, JobTask
+
+
+def record(ctx: JobContext, **details) -> None:
+    AuditLog.objects.create(
+        actor=f"pid:{os.getpid()}",
+        action="test.executed",
+        target_type="job",
+        target_id=str(ctx.job.pk),
+        details={"attempt": ctx.job.attempts, **details},
+    )
+
+
+@shared_task(base=JobTask, name="tests.record")
+def record_task(ctx: JobContext):
+    """Record one execution; sleep ``payload["sleep"]`` seconds first."""
+    time.sleep(float(ctx.payload.get("sleep", 0)))
+    record(ctx)
+    return {"n": ctx.payload.get("n")}
+
+
+@shared_task(base=JobTask, name="tests.flaky", retry_backoff=1, retry_backoff_max=1)
+def flaky_task(ctx: JobContext):
+    """Fail with a retryable error until attempt ``payload["succeed_on"]``."""
+    record(ctx)
+    if ctx.job.attempts < ctx.payload["succeed_on"]:
+        raise ConnectionError(f"transient failure on attempt {ctx.job.attempts}")
+    return "ok"
+
+
+@shared_task(base=JobTask, name="tests.permanent")
+def permanent_task(ctx: JobContext):
+    record(ctx)
+    raise Permanent("this can never work")
+
+
+@shared_task(base=JobTask, name="tests.snooze")
+def snooze_task(ctx: JobContext):
+    """Snooze once for ``payload["seconds"]``, then succeed."""
+    record(ctx)
+    if not AuditLog.objects.filter(action="test.snoozed", target_id=str(ctx.job.pk)).exists():
+        AuditLog.objects.create(
+            actor="test", action="test.snoozed", target_type="job", target_id=str(ctx.job.pk)
+        )
+        raise Snooze(ctx.payload.get("seconds", 1))
+    return "woke"
+
+
+@shared_task(base=JobTask, name="tests.kill_self")
+def kill_self_task(ctx: JobContext):
+    """Kill this worker process (the pool child) with SIGKILL, ``payload["times"]`` times."""
+    record(ctx)
+    if ctx.job.attempts <= ctx.payload.get("times", 1_000_000):
+        os.kill(os.getpid(), signal.SIGKILL)
+    return "survived"
+
+
+@shared_task(base=JobTask, name="tests.wait_for_cancel")
+def wait_for_cancel_task(ctx: JobContext):
+    """Heartbeat until asked to cancel (or ``payload["timeout"]`` seconds pass)."""
+    record(ctx)
+    deadline = time.monotonic() + ctx.payload.get("timeout", 60)
+    while time.monotonic() < deadline:
+        ctx.heartbeat()
+        if ctx.cancel_requested:
+            return "cancelled"
+        time.sleep(0.2)
+    return "timed out"
