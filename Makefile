@@ -13,7 +13,7 @@ run: install
 	@$(PY) manage.py migrate --noinput
 	@$(PY) manage.py setup_periodic_tasks
 	@$(PY) manage.py seed_demo
-	@exec .venv/bin/honcho start -f Procfile
+	@exec .venv/bin/honcho start -f scripts/Procfile -d .
 
 test: install
 	@scripts/test-services

@@ -8,6 +8,7 @@ callers decide which of the two that is, never silence.
 
 from collections.abc import Iterable
 
+from django.core.exceptions import EmptyResultSet
 from django.db import connections
 from django.db.models import Q
 from django.db.models.sql import UpdateQuery
@@ -63,7 +64,10 @@ def update_returning(queryset, changes: dict) -> list[Job]:
     query.add_update_values(changes)
     connection = connections[queryset.db]
     compiler = query.get_compiler(queryset.db)
-    sql, params = compiler.as_sql()
+    try:
+        sql, params = compiler.as_sql()
+    except EmptyResultSet:  # e.g. ``pk__in=[]``: nothing can match
+        return []
     if not sql:
         return []
     fields = Job._meta.concrete_fields

@@ -27,17 +27,20 @@ def record(ctx: JobContext, **details) -> None:
 
 @shared_task(base=JobTask, name="tests.record")
 def record_task(ctx: JobContext):
-    """Record one execution; sleep ``payload["sleep"]`` seconds first."""
-    time.sleep(float(ctx.payload.get("sleep", 0)))
+    """Record one execution after sleeping ``payload["sleep"]`` seconds (first attempt only
+    when ``payload["first_only"]``)."""
+    if ctx.job.attempts == 1 or not ctx.payload.get("first_only"):
+        time.sleep(float(ctx.payload.get("sleep", 0)))
     record(ctx)
     return {"n": ctx.payload.get("n")}
 
 
 @shared_task(base=JobTask, name="tests.flaky", retry_backoff=1, retry_backoff_max=1)
 def flaky_task(ctx: JobContext):
-    """Fail with a retryable error until attempt ``payload["succeed_on"]``."""
+    """Fail with a retryable error for the first ``payload["fail_runs"]`` executions."""
     record(ctx)
-    if ctx.job.attempts < ctx.payload["succeed_on"]:
+    runs = AuditLog.objects.filter(action="test.executed", target_id=str(ctx.job.pk)).count()
+    if runs <= ctx.payload["fail_runs"]:
         raise ConnectionError(f"transient failure on attempt {ctx.job.attempts}")
     return "ok"
 
@@ -80,3 +83,9 @@ def wait_for_cancel_task(ctx: JobContext):
             return "cancelled"
         time.sleep(0.2)
     return "timed out"
+
+
+@shared_task(name="tests.add")
+def add(x: int, y: int) -> int:
+    """A plain Celery task whose result django-celery-results stores."""
+    return x + y

@@ -1,0 +1,96 @@
+"""Reaper and purge, with fixtures on both sides of every cutoff."""
+
+from datetime import timedelta
+
+import pytest
+from django.test import override_settings
+from django.utils import timezone
+from django_celery_results.models import TaskResult
+
+from jobs.maintenance import purge as purge_module
+from jobs.maintenance.purge import purge
+from jobs.maintenance.reaper import reap
+from jobs.models import AuditLog, Job, JobStatus
+
+S = JobStatus
+pytestmark = pytest.mark.usefixtures("purge_broker")
+
+
+def make(status, **fields) -> Job:
+    now = timezone.now()
+    defaults = {"run_after": now, "created_at": now, "updated_at": now}
+    return Job.objects.create(task="tests.record", status=status, **{**defaults, **fields})
+
+
+@pytest.mark.django_db
+def test_reaper_recovers_expired_leases_and_leaves_live_ones():
+    now = timezone.now()
+    live = make(
+        S.RUNNING, attempts=1, lease_expires_at=now + timedelta(seconds=30), locked_by="w/1"
+    )
+    expired = make(
+        S.RUNNING,
+        attempts=1,
+        max_attempts=3,
+        lease_expires_at=now - timedelta(seconds=1),
+        locked_by="w/2",
+    )
+    spent = make(
+        S.RUNNING,
+        attempts=3,
+        max_attempts=3,
+        lease_expires_at=now - timedelta(seconds=1),
+        locked_by="w/3",
+    )
+    result = reap()
+    assert (result.retried, result.dead) == (1, 1)
+    for job in (live, expired, spent):
+        job.refresh_from_db()
+    assert live.status == S.RUNNING and live.locked_by == "w/1"
+    assert expired.status == S.RETRYING and expired.last_error == "worker lost: lease expired"
+    assert expired.lease_expires_at is None and expired.locked_by == ""
+    assert spent.status == S.DEAD and spent.finished_at is not None
+    assert AuditLog.objects.filter(action="job.dead", target_id=str(spent.pk)).exists()
+    assert reap() == type(result)(retried=0, dead=0)
+
+
+@pytest.mark.django_db
+@override_settings(
+    CONVEYOR_PURGE_COMPLETED_RETENTION=timedelta(days=7),
+    CONVEYOR_PURGE_DEAD_RETENTION=timedelta(days=30),
+)
+def test_purge_deletes_exactly_the_rows_past_their_retention(monkeypatch):
+    now = timezone.now()
+    minute = timedelta(minutes=1)
+    old_completed = now - timedelta(days=7) - minute
+    young_completed = now - timedelta(days=7) + minute
+    old_dead = now - timedelta(days=30) - minute
+    young_dead = now - timedelta(days=30) + minute
+    doomed = [make(S.SUCCEEDED, finished_at=old_completed) for _ in range(5)]
+    doomed += [make(S.CANCELLED, finished_at=old_completed), make(S.DEAD, finished_at=old_dead)]
+    kept = [
+        make(S.SUCCEEDED, finished_at=young_completed),
+        make(S.CANCELLED, finished_at=young_completed),
+        make(S.DEAD, finished_at=old_completed),  # dead rows keep longer
+        make(S.DEAD, finished_at=young_dead),
+        make(S.QUEUED, finished_at=None, created_at=old_dead),
+        make(S.RETRYING, finished_at=None, created_at=old_dead),
+    ]
+    TaskResult.objects.create(task_id="old", status="SUCCESS")
+    TaskResult.objects.filter(task_id="old").update(date_done=now - timedelta(days=8))
+    TaskResult.objects.create(task_id="young", status="SUCCESS")
+
+    batches = []
+    real = purge_module.delete_in_batches
+
+    def counting(queryset, batch_size):
+        batches.append(batch_size)
+        return real(queryset, batch_size)
+
+    monkeypatch.setattr(purge_module, "delete_in_batches", counting)
+    result = purge(batch_size=2)
+    assert (result.completed, result.dead, result.task_results) == (6, 1, 1)
+    assert set(Job.objects.values_list("pk", flat=True)) == {j.pk for j in kept}
+    assert not Job.objects.filter(pk__in=[j.pk for j in doomed]).exists()
+    assert list(TaskResult.objects.values_list("task_id", flat=True)) == ["young"]
+    assert batches == [2, 2, 2]
