@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from celery import Task
 from celery.exceptions import Retry
+from django.db import InterfaceError, OperationalError, connection
 
 from jobs import services
 from jobs.errors import Permanent, Snooze
@@ -65,7 +66,7 @@ class JobTask(Task):
     job_max_attempts: int | None = None
 
     def __call__(self, job_id, *args, **kwargs):
-        job = services.job_claim(int(job_id), worker=worker_id(self))
+        job = _claim(int(job_id), worker=worker_id(self))
         if job is None:
             logger.info("job.duplicate_dropped", extra={"job_id": job_id, "task": self.name})
             return None
@@ -105,6 +106,15 @@ class JobTask(Task):
         if moved is None:  # the reaper took the run away meanwhile; nothing is ours to retry
             raise Retry("run lost", exc, delay)
         return super().retry(args, kwargs, exc, throw, eta, delay, max_retries=None, **options)
+
+
+def _claim(job_id: int, *, worker: str) -> Job | None:
+    """Claim, reconnecting once if the reused connection died (a database restart)."""
+    try:
+        return services.job_claim(job_id, worker=worker)
+    except (OperationalError, InterfaceError):
+        connection.close()
+        return services.job_claim(job_id, worker=worker)
 
 
 def _describe(exc: BaseException | None) -> str:
