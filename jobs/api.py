@@ -1,0 +1,111 @@
+"""REST endpoints of the job engine: the queue overview and jobs (admin scope)."""
+
+from datetime import datetime
+
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404
+from ninja import Field, Query, Router, Schema, Status
+
+from jobs import services
+from jobs.auth import actor, require_scope
+from jobs.models import Job, JobStatus, TokenScope
+from jobs.selectors import queue_stats
+from project.pagination import DEFAULT_LIMIT, MAX_LIMIT, paginate
+
+router = Router(tags=["jobs"])
+
+
+class JobOut(Schema):
+    id: int
+    task: str
+    queue: str
+    status: JobStatus
+    priority: int
+    attempts: int
+    max_attempts: int
+    payload: dict
+    result: object | None
+    last_error: str
+    run_after: datetime
+    lease_expires_at: datetime | None
+    locked_by: str
+    cancel_requested_at: datetime | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+class RecentJob(Schema):
+    id: int
+    task: str
+    queue: str
+    status: JobStatus
+    attempts: int
+    max_attempts: int
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    last_error: str | None = None
+
+
+class QueueOut(Schema):
+    by_status: dict[str, int]
+    by_queue: dict[str, dict[str, int]]
+    by_task: dict[str, dict[str, int]]
+    running: int
+    oldest_queued_age_seconds: float | None
+    recent: list[RecentJob]
+
+
+class JobFilters(Schema):
+    status: JobStatus | None = None
+    queue: str | None = Field(None, max_length=100)
+    task: str | None = Field(None, max_length=200)
+    limit: int = Field(DEFAULT_LIMIT, ge=1, le=MAX_LIMIT)
+    before: int | None = Field(None, ge=1)
+
+
+@router.get(
+    "/queue", response=QueueOut, summary="Job counts by status, queue and task; recent jobs"
+)
+def get_queue(request: HttpRequest):
+    stats = queue_stats()
+    if not request.auth.allows(TokenScope.ADMIN):  # error text may name other projects' data
+        for job in stats["recent"]:
+            job["last_error"] = None
+    return stats
+
+
+@router.get("/jobs", response=list[JobOut], summary="List jobs, newest first")
+def list_jobs(request: HttpRequest, response: HttpResponse, filters: Query[JobFilters]):
+    require_scope(request, TokenScope.ADMIN)
+    jobs = Job.objects.all()
+    for name in ("status", "queue", "task"):
+        value = getattr(filters, name)
+        if value:
+            jobs = jobs.filter(**{name: value})
+    return paginate(request, response, jobs, limit=filters.limit, before=filters.before)
+
+
+@router.get(
+    "/jobs/{int:job_id}", response=JobOut, summary="One job: attempts, last error, timestamps"
+)
+def get_job(request: HttpRequest, job_id: int):
+    require_scope(request, TokenScope.ADMIN)
+    return get_object_or_404(Job, pk=job_id)
+
+
+@router.post(
+    "/jobs/{int:job_id}/retry", response=JobOut, summary="Queue a dead or cancelled job again"
+)
+def retry_job(request: HttpRequest, job_id: int):
+    require_scope(request, TokenScope.ADMIN)
+    return services.job_retry(job_id, actor=actor(request))
+
+
+@router.post(
+    "/jobs/{int:job_id}/cancel", response={202: JobOut}, summary="Cancel a job (running: ask it)"
+)
+def cancel_job(request: HttpRequest, job_id: int):
+    require_scope(request, TokenScope.ADMIN)
+    return Status(202, services.job_cancel(job_id, actor=actor(request)))

@@ -1,0 +1,32 @@
+"""Bearer-token authentication and scope checks for the REST API."""
+
+from ninja.security import HttpBearer
+
+from jobs.models import ApiToken, TokenScope
+from jobs.tokens import token_authenticate
+
+
+class BearerToken(HttpBearer):
+    """Authenticate ``Authorization: Bearer <token>``; ``request.auth`` becomes the ApiToken."""
+
+    def authenticate(self, request, token: str) -> ApiToken | None:
+        return token_authenticate(token)
+
+
+def require_scope(request, scope: TokenScope) -> ApiToken:
+    """Return the request's token if it carries ``scope``, else answer 403."""
+    from project.api_errors import ApiError
+
+    token: ApiToken = request.auth
+    if not token.allows(scope):
+        raise ApiError(
+            403,
+            "forbidden",
+            f"this token's scope ({token.scope}) does not allow this; needs {scope}",
+        )
+    return token
+
+
+def actor(request) -> str:
+    """Name the caller for the audit log: ``token:<name>``."""
+    return f"token:{request.auth.name}"

@@ -1,0 +1,52 @@
+import pytest
+from django.test import Client
+
+from jobs.tokens import token_create
+
+
+class Api:
+    """A Django test client that speaks JSON with a bearer token."""
+
+    def __init__(self, raw_token: str | None) -> None:
+        self.client = Client()
+        self.headers = {"Authorization": f"Bearer {raw_token}"} if raw_token else {}
+
+    def get(self, path, **params):
+        return self.client.get(f"/api/v1{path}", params, headers=self.headers)
+
+    def post(self, path, body=None, *, headers=None, raw: bytes | None = None):
+        data = raw if raw is not None else (b"" if body is None else __import__("json").dumps(body))
+        return self.client.post(
+            f"/api/v1{path}",
+            data,
+            content_type="application/json",
+            headers={**self.headers, **(headers or {})},
+        )
+
+    def patch(self, path, body):
+        return self.client.patch(
+            f"/api/v1{path}",
+            __import__("json").dumps(body),
+            content_type="application/json",
+            headers=self.headers,
+        )
+
+
+@pytest.fixture
+def make_api(db):
+    def make(scope: str = "admin", **kwargs) -> Api:
+        _, raw = token_create(name=f"{scope}-token", scope=scope, **kwargs)
+        return Api(raw)
+
+    return make
+
+
+def assert_error(response, status: int, code: str | None = None) -> dict:
+    assert response.status_code == status, response.content
+    body = response.json()
+    assert set(body) == {"error"}, body
+    assert set(body["error"]) == {"code", "message", "details"}, body
+    assert isinstance(body["error"]["message"], str) and body["error"]["message"]
+    if code:
+        assert body["error"]["code"] == code, body
+    return body["error"]
