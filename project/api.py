@@ -9,7 +9,7 @@ from project import api_errors
 api = NinjaAPI(
     title="Conveyor API",
     version="1",
-    description="Deployments and background jobs. Authenticate with `Authorization: Bearer <token>`.",
+    description="Deployments and background jobs. Send `Authorization: Bearer <token>`.",
     auth=BearerToken(),
     urls_namespace="api",
     docs_url="/docs",
