@@ -95,7 +95,27 @@ def ensure_database(url: str) -> None:
             print(f"PostgreSQL: created database {name}")
 
 
+def ensure_chromium() -> None:
+    """Install Debian's Chromium for the browser tests when we can (root with apt-get)."""
+    if shutil.which("chromium") or shutil.which("chromium-browser"):
+        print("Chromium: ok")
+        return
+    if os.geteuid() == 0 and shutil.which("apt-get"):
+        print("Chromium: installing Debian's chromium for the browser tests")
+        subprocess.run(["apt-get", "update", "-qq"], check=False)
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        subprocess.run(
+            ["apt-get", "install", "-y", "-qq", "chromium"],
+            check=False,
+            env=env,
+            stdout=subprocess.DEVNULL,
+        )
+    if not shutil.which("chromium"):
+        print("Chromium: missing; the browser tests will be skipped (apt-get install chromium)")
+
+
 if __name__ == "__main__":
+    ensure_chromium()
     ensure("PostgreSQL", DATABASE_URL, 5432, start_postgres)
     ensure("Redis", REDIS_URL, 6379, start_redis)
     ensure_database(DATABASE_URL)
