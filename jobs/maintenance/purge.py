@@ -4,7 +4,7 @@
 (default 7d) and ``dead`` jobs older than ``CONVEYOR_PURGE_DEAD_RETENTION`` (default 30d) are
 deleted at most 1,000 rows per statement, until a batch comes back short; the filter runs on
 the ``(status, finished_at)`` index. django-celery-results rows past
-``CELERY_RESULT_EXPIRES`` go too.
+``CELERY_RESULT_EXPIRES`` and API idempotency keys older than 24 hours go too.
 
 Runs every ``CONVEYOR_PURGE_INTERVAL`` (default 1h). Logs one ``maintenance.purge`` line.
 """
@@ -17,7 +17,8 @@ from django.utils import timezone
 from django_celery_results.models import TaskResult
 
 from jobs import conf
-from jobs.models import Job, JobStatus
+from jobs.idempotency import KEY_RETENTION
+from jobs.models import IdempotencyKey, Job, JobStatus
 
 logger = logging.getLogger("jobs.maintenance")
 BATCH_SIZE = 1000
@@ -28,6 +29,7 @@ class PurgeResult:
     completed: int = 0
     dead: int = 0
     task_results: int = 0
+    idempotency_keys: int = 0
 
 
 def delete_in_batches(queryset, batch_size: int = BATCH_SIZE) -> int:
@@ -59,6 +61,11 @@ def purge(batch_size: int = BATCH_SIZE) -> PurgeResult:
     results = delete_in_batches(
         TaskResult.objects.filter(date_done__lt=now - settings.CELERY_RESULT_EXPIRES), batch_size
     )
-    result = PurgeResult(completed=completed, dead=dead, task_results=results)
+    keys = delete_in_batches(
+        IdempotencyKey.objects.filter(created_at__lt=now - KEY_RETENTION), batch_size
+    )
+    result = PurgeResult(
+        completed=completed, dead=dead, task_results=results, idempotency_keys=keys
+    )
     logger.info("maintenance.purge", extra=vars(result))
     return result
