@@ -114,3 +114,57 @@ def test_enqueue_commits_while_the_broker_is_down_and_runs_once_it_is_back(
         assert executions(job) == 1
     finally:
         redis.stop()
+
+
+def test_a_worker_survives_its_database_connections_being_cut(start_worker):
+    from django.db import connection
+
+    start_worker(concurrency=1)
+    first = services.enqueue("tests.record", {})
+    wait_for_status(first, S.SUCCEEDED)
+    with connection.cursor() as cursor:  # what a database restart does to the worker
+        cursor.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        assert cursor.fetchone()[0] >= 1
+    second = services.enqueue("tests.record", {})
+    wait_for_status(second, S.SUCCEEDED, timeout=30)
+    assert second.attempts == 1
+    assert executions(second) == 1
+
+
+def enqueue_in_subprocess(env: dict, task: str = "tests.record") -> Job:
+    """Enqueue from another process, whose broker is whatever ``env`` says."""
+    script = (
+        "import tests.jobtasks; from jobs.services import enqueue; "
+        f"print(enqueue({task!r}, {{}}).pk)"
+    )
+    out = subprocess.run(
+        [sys.executable, "manage.py", "shell", "-c", script],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    return Job.objects.get(pk=int(out.stdout.strip().splitlines()[-1]))
+
+
+def test_a_worker_reconnects_after_the_broker_restarts(start_worker, worker_env):
+    redis = RedisServer().start()
+    env = {**worker_env, "CELERY_BROKER_URL": redis.url}
+    try:
+        worker = start_worker(concurrency=1, env={"CELERY_BROKER_URL": redis.url})
+        before = enqueue_in_subprocess(env)
+        wait_for_status(before, S.SUCCEEDED)
+        redis.stop()
+        time.sleep(1)
+        redis.start()  # same port, nothing kept
+        after = enqueue_in_subprocess(env)
+        wait_for_status(after, S.SUCCEEDED, timeout=90)
+        assert executions(after) == 1
+        assert worker.process.poll() is None
+    finally:
+        redis.stop()
