@@ -54,3 +54,56 @@ def test_a_failing_step_fails_the_deployment_and_skips_the_rest(make_project, de
         ("skipped", None),
     ]
     assert "should-not-run" not in log_text(done)
+
+
+def test_continue_on_error_lets_the_pipeline_go_on(make_project, deploy_worker):
+    project = make_project(
+        pipelines={
+            "default": [
+                {"name": "flaky", "command": "exit 1", "continue_on_error": True},
+                {"name": "after", "command": "echo still-here"},
+            ]
+        }
+    )
+    deploy_worker()
+    done = wait_for(deployment_create(project=project, ref="main"), "success", "failed")
+    assert done.status == "success"
+    runs = StepRun.objects.filter(deployment=done).order_by("position")
+    assert [(r.status, r.exit_code) for r in runs] == [("failed", 1), ("success", 0)]
+    assert "still-here" in log_text(done)
+
+
+def test_steps_get_an_explicit_environment_not_the_workers(make_project, deploy_worker):
+    project = make_project(
+        env={"FROM_PROJECT": "p"},
+        pipelines={
+            "default": [
+                {
+                    "name": "env",
+                    "command": "env | sort",
+                    "env": {"FROM_STEP": "s", "FROM_PROJECT": "overridden"},
+                }
+            ]
+        },
+    )
+    deploy_worker(env={"WORKER_ONLY_SECRET": "leak"})
+    done = wait_for(
+        deployment_create(project=project, ref="v1", params={"region": "eu"}), "success", "failed"
+    )
+    assert done.status == "success", log_text(done)
+    variables = dict(line.split("=", 1) for line in log_text(done).splitlines() if "=" in line)
+    assert "WORKER_ONLY_SECRET" not in variables and "DATABASE_URL" not in variables
+    assert variables["FROM_PROJECT"] == "overridden" and variables["FROM_STEP"] == "s"
+    assert variables["CONVEYOR_PARAM_REGION"] == "eu"
+    assert variables["CONVEYOR_DEPLOYMENT_ID"] == str(done.pk)
+    assert variables["CONVEYOR_REF"] == "v1" and variables["CONVEYOR_PROJECT"] == "app"
+    assert set(variables) - {"PWD", "SHLVL", "_", "OLDPWD"} <= {
+        "PATH",
+        "HOME",
+        "LANG",
+        "LC_ALL",
+        "TZ",
+        "CI",
+        "FROM_PROJECT",
+        "FROM_STEP",
+    } | {name for name in variables if name.startswith("CONVEYOR")}
