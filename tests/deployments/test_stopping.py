@@ -46,7 +46,9 @@ def test_a_step_ignoring_sigterm_is_killed_after_the_grace(make_project, deploy_
             "default": [
                 {
                     "name": "stubborn",
-                    "command": f"trap '' TERM; echo $$ >> {pids}; sleep 300 & echo $! >> {pids}; wait",
+                    "command": (
+                        f"trap '' TERM; echo $$ >> {pids}; sleep 300 & echo $! >> {pids}; wait"
+                    ),
                     "timeout": 1,
                 }
             ]
