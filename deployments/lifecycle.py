@@ -10,6 +10,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from deployments.events import emit, emit_finished, log_deployment
+from deployments.locks import lock_environment
 from deployments.models import (
     Deployment,
     DeploymentStatus,
@@ -84,7 +85,12 @@ def announce_started(deployment: Deployment) -> None:
 def finish(
     deployment: Deployment, to: DeploymentStatus, *, reason: str = "", error: str = ""
 ) -> Deployment | None:
-    """Record how the runner ended a deployment; None if it had already been ended."""
+    """Record how the runner ended a deployment; None if it had already been ended.
+
+    Call inside a transaction: the environment lock is taken first, so a deployment that is
+    deciding to wait either sees this one finished or is woken by it.
+    """
+    lock_environment(deployment.project_id, deployment.environment)
     changes = {"error": error[:4000]}
     if to != S.SUCCESS:
         changes["failure_reason"] = reason

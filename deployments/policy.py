@@ -24,7 +24,6 @@ from deployments.models import (
     ConcurrencyPolicy,
     Deployment,
     DeploymentStatus,
-    EnvironmentLock,
     FailureReason,
 )
 from jobs.models import FINISHED as JOB_FINISHED
@@ -38,16 +37,6 @@ class Decision(enum.Enum):
     RUN = "run"
     WAIT = "wait"
     SUPERSEDED = "superseded"
-
-
-def lock_environment(project_id: int, environment: str) -> EnvironmentLock:
-    """Take (creating it if needed) the lock row of one (project, environment)."""
-    EnvironmentLock.objects.bulk_create(
-        [EnvironmentLock(project_id=project_id, environment=environment)], ignore_conflicts=True
-    )
-    return EnvironmentLock.objects.select_for_update().get(
-        project_id=project_id, environment=environment
-    )
 
 
 def _neighbours(deployment: Deployment) -> QuerySet:

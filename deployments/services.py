@@ -23,6 +23,7 @@ from deployments.errors import (
     ProjectNotFound,
 )
 from deployments.events import emit, log_deployment
+from deployments.locks import lock_environment
 from deployments.models import Deployment, DeploymentStatus, FailureReason, Pipeline, Project
 from deployments.policy import Decision
 from deployments.validation import (
@@ -31,8 +32,8 @@ from deployments.validation import (
     clean_params,
     clean_ref,
 )
-from jobs.models import AuditLog
-from jobs.services import enqueue
+from jobs.models import AuditLog, Job
+from jobs.services import enqueue, job_snooze
 
 S = DeploymentStatus
 RUN_TASK = "deployments.run"
@@ -65,7 +66,7 @@ def deployment_create(
         ref=ref, environment=environment, pipeline=pipeline_name, params=params
     )
     with transaction.atomic():
-        policy.lock_environment(project.pk, environment)
+        lock_environment(project.pk, environment)
         if idempotency_key is not None:
             existing = _replay(project, idempotency_key, fingerprint)
             if existing is not None:
@@ -111,7 +112,7 @@ def deployment_retry(
     idempotency_key = clean_idempotency_key(idempotency_key)
     with transaction.atomic():
         original = _deployment(deployment_id)
-        policy.lock_environment(original.project_id, original.environment)
+        lock_environment(original.project_id, original.environment)
         fingerprint = _fingerprint(retry_of=original.pk)
         if idempotency_key is not None:
             existing = _replay(original.project, idempotency_key, fingerprint)
@@ -151,6 +152,8 @@ def deployment_cancel(*, deployment_id: int, actor: str) -> Deployment:
     """
     with transaction.atomic():
         deployment = _deployment(deployment_id)
+        lock_environment(deployment.project_id, deployment.environment)
+        deployment.refresh_from_db()
         for _ in range(3):  # statuses only move forward, so this settles quickly
             if deployment.status == S.PENDING:
                 moved = lifecycle.cancel_pending(
@@ -177,24 +180,27 @@ class Claim:
     deployment: Deployment | None = None
 
 
-def deployment_claim(*, deployment_id: int, job_id: int, worker: str) -> Claim:
-    """Decide, under the environment lock, whether this job runs its deployment now.
+def deployment_claim(*, deployment_id: int, job: Job) -> Claim:
+    """Decide, under the environment lock, whether ``job`` runs its deployment now.
 
-    RUN: the deployment moved ``pending -> running`` (one conditional UPDATE) for ``worker``.
-    WAIT: another deployment holds the environment; the caller snoozes. SUPERSEDED or
-    None: there is nothing to run.
+    RUN: the deployment moved ``pending -> running`` (one conditional UPDATE) for the job's
+    worker. WAIT: another deployment holds the environment; the job is snoozed here, still
+    under the lock (so the one that holds it cannot finish unseen and miss waking it), and
+    the caller raises ``Snooze``. SUPERSEDED or None: there is nothing to run.
     """
+    job_id, worker = job.pk, job.locked_by
     with transaction.atomic():
         deployment = Deployment.objects.select_related("project").filter(pk=deployment_id).first()
         if deployment is None or deployment.status != S.PENDING or deployment.job_id != job_id:
             return Claim(None, deployment)
-        policy.lock_environment(deployment.project_id, deployment.environment)
+        lock_environment(deployment.project_id, deployment.environment)
         deployment.refresh_from_db(fields=["status"])
         if deployment.status != S.PENDING:
             return Claim(None, deployment)
         decision = policy.admit(deployment, deployment.project.concurrency_policy)
         if decision is Decision.WAIT:
             log_deployment("deployment.waiting", deployment)
+            job_snooze(job, seconds=wait_seconds(), reason="waiting for its environment")
             return Claim(decision, deployment)
         if decision is Decision.SUPERSEDED:
             lifecycle.cancel_pending(

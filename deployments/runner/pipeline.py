@@ -41,10 +41,8 @@ S = DeploymentStatus
 
 def run(*, deployment_id: int, ctx: JobContext) -> dict:
     """Claim and run one deployment for the job in ``ctx``; return a small summary."""
-    claim = services.deployment_claim(
-        deployment_id=deployment_id, job_id=ctx.job.pk, worker=ctx.job.locked_by
-    )
-    if claim.decision is Decision.WAIT:
+    claim = services.deployment_claim(deployment_id=deployment_id, job=ctx.job)
+    if claim.decision is Decision.WAIT:  # already snoozed under the lock; JobTask's is a no-op
         raise Snooze(services.wait_seconds(), reason=f"deployment {deployment_id} waits its turn")
     if claim.decision is not Decision.RUN:
         status = claim.deployment.status if claim.deployment else "missing"
