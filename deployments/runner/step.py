@@ -80,6 +80,9 @@ def run_step(
             env=env,
             cwd=cwd,
             close_fds=True,
+            # Out of the worker's process group: a Ctrl-C meant for the worker's terminal
+            # must not stop a step; the worker's death still does (parent-death signal).
+            start_new_session=True,
         )
     except OSError as exc:
         os.close(read_end)
