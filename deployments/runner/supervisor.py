@@ -25,6 +25,7 @@ import contextlib
 import ctypes
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -126,6 +127,27 @@ def _stop_everything(pgid: int, grace: float, statuses: dict, started: float | N
         time.sleep(POLL_SECONDS)
 
 
+class _Wake:
+    """Sleep until the step exits or a signal arrives (pidfd + wakeup fd), or a timeout."""
+
+    def __init__(self, pid: int) -> None:
+        self.read, write = os.pipe()
+        os.set_blocking(write, False)
+        signal.set_wakeup_fd(write)
+        try:
+            self.pidfd = os.pidfd_open(pid)
+        except (AttributeError, OSError):  # no pidfd (old kernel): poll instead
+            self.pidfd = None
+
+    def wait(self, timeout: float) -> None:
+        if self.pidfd is None:
+            timeout = min(timeout, POLL_SECONDS)
+        fds = [self.read] if self.pidfd is None else [self.read, self.pidfd]
+        ready, _, _ = select.select(fds, [], [], timeout)
+        if self.read in ready:
+            os.read(self.read, 512)
+
+
 def main(argv: list[str]) -> int:
     grace, runner_pid, command = float(argv[1]), int(argv[2]), argv[4:]
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
@@ -149,14 +171,17 @@ def main(argv: list[str]) -> int:
     _report(started=step.pid)
     statuses: dict = {}
     stopping_since = None
-    while "step" not in statuses:
+    wake = _Wake(step.pid)
+    while True:
+        _reap(step.pid, statuses)
+        if "step" in statuses:
+            break
         if _stop["requested"] and stopping_since is None:
             stopping_since = time.monotonic()
             _signal_all(step.pid, signal.SIGTERM)
         if stopping_since is not None and time.monotonic() - stopping_since >= grace:
             break
-        _reap(step.pid, statuses)
-        time.sleep(POLL_SECONDS)
+        wake.wait(POLL_SECONDS if stopping_since is not None else 1.0)
     if _anything_left(step.pid):
         _stop_everything(step.pid, grace, statuses, stopping_since)
     _reap(step.pid, statuses)
