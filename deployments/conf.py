@@ -8,6 +8,8 @@ Each is read from Django settings when defined there, else from the environment:
 ``CONVEYOR_DEPLOYMENT_TIMEOUT``  timeout of a project created without one (1h)
 ``CONVEYOR_DEPLOYMENT_WAIT``     how long a deployment that must wait snoozes before it looks
                                  again; the one before it wakes it earlier when it ends (5s)
+``CONVEYOR_WORKTREE_IDLE_THRESHOLD``  a worktree unused this long is pruned (30d)
+``CONVEYOR_WORKTREE_WARNING_LEAD``    ... after a ``worktree.prune_pending`` notice this early (72h)
 """
 
 from dataclasses import dataclass
@@ -32,6 +34,8 @@ class DeploymentSettings:
     stop_grace: timedelta
     deployment_timeout: timedelta
     wait: timedelta
+    worktree_idle_threshold: timedelta
+    worktree_warning_lead: timedelta
 
 
 def _duration(name: str, default: str) -> timedelta:
@@ -50,6 +54,8 @@ def get() -> DeploymentSettings:
         stop_grace=_duration("CONVEYOR_STOP_GRACE", "10s"),
         deployment_timeout=_duration("CONVEYOR_DEPLOYMENT_TIMEOUT", "1h"),
         wait=_duration("CONVEYOR_DEPLOYMENT_WAIT", "5s"),
+        worktree_idle_threshold=_duration("CONVEYOR_WORKTREE_IDLE_THRESHOLD", "30d"),
+        worktree_warning_lead=_duration("CONVEYOR_WORKTREE_WARNING_LEAD", "72h"),
     )
 
 
@@ -63,3 +69,7 @@ def validate() -> None:
         raise ImproperlyConfigured("CONVEYOR_DEPLOYMENT_TIMEOUT must be at least 1s")
     if conf.wait < timedelta(seconds=1):
         raise ImproperlyConfigured("CONVEYOR_DEPLOYMENT_WAIT must be at least 1s")
+    if conf.worktree_warning_lead >= conf.worktree_idle_threshold:
+        raise ImproperlyConfigured(
+            "CONVEYOR_WORKTREE_WARNING_LEAD must be shorter than CONVEYOR_WORKTREE_IDLE_THRESHOLD"
+        )

@@ -11,3 +11,19 @@ from jobs.task import JobContext, JobTask
 def run_deployment(ctx: JobContext) -> dict:
     """Run the deployment named in the job's payload (at most once: one attempt)."""
     return pipeline.run(deployment_id=int(ctx.payload["deployment_id"]), ctx=ctx)
+
+
+@shared_task(name="maintenance.fetch_workspaces", ignore_result=True)
+def fetch_workspaces() -> dict:
+    """Fetch every workspace on this host (see deployments.maintenance.fetch)."""
+    from deployments.maintenance.fetch import fetch_workspaces as fetch
+
+    return vars(fetch())
+
+
+@shared_task(name="maintenance.prune_worktrees", ignore_result=True)
+def prune_worktrees() -> dict:
+    """Warn about and remove idle worktrees (see deployments.maintenance.prune)."""
+    from deployments.maintenance.prune import prune_worktrees as prune
+
+    return vars(prune())

@@ -31,6 +31,10 @@ from deployments.models import ACTIVE, Deployment, Project, Workspace, Worktree
 LOCK_POLL_SECONDS = 0.2
 
 
+class LockBusy(Exception):  # noqa: N818 - a condition, not a failure
+    """The project's git lock is held by someone else (and we were told not to wait)."""
+
+
 class CheckoutError(Exception):
     """The deployment's code could not be checked out (clone, fetch, unknown ref)."""
 
@@ -47,8 +51,13 @@ def project_root(project: Project) -> Path:
 
 
 @contextlib.contextmanager
-def project_lock(project: Project, keep_alive: Callable[[], None]) -> Iterator[None]:
-    """Hold the project's git file lock; call ``keep_alive`` while waiting for it."""
+def project_lock(
+    project: Project, keep_alive: Callable[[], None] | None = None, *, wait: bool = True
+) -> Iterator[None]:
+    """Hold the project's git file lock; call ``keep_alive`` while waiting for it.
+
+    With ``wait=False``, raise LockBusy at once if someone else holds it.
+    """
     root = project_root(project)
     root.mkdir(parents=True, exist_ok=True)
     with open(root / ".lock", "w") as handle:
@@ -57,7 +66,10 @@ def project_lock(project: Project, keep_alive: Callable[[], None]) -> Iterator[N
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
-                keep_alive()
+                if not wait:
+                    raise LockBusy(project.slug) from None
+                if keep_alive is not None:
+                    keep_alive()
                 time.sleep(LOCK_POLL_SECONDS)
         try:
             yield

@@ -225,4 +225,14 @@ CONVEYOR_PERIODIC_TASKS = [
     ("conveyor: reap expired job leases", "maintenance.reap_jobs", CONVEYOR_REAPER_INTERVAL),
     ("conveyor: sweep unclaimed jobs", "maintenance.sweep_jobs", CONVEYOR_SWEEPER_INTERVAL),
     ("conveyor: purge finished jobs", "maintenance.purge_jobs", CONVEYOR_PURGE_INTERVAL),
+    (
+        "conveyor: fetch git workspaces",
+        "maintenance.fetch_workspaces",
+        CONVEYOR_WORKSPACE_FETCH_INTERVAL,
+    ),
+    (
+        "conveyor: prune idle worktrees",
+        "maintenance.prune_worktrees",
+        CONVEYOR_WORKTREE_PRUNE_INTERVAL,
+    ),
 ]
