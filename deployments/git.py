@@ -31,7 +31,14 @@ def git_environment() -> dict[str, str]:
         name: os.environ[name] for name in ("PATH", "HOME", "SSH_AUTH_SOCK") if name in os.environ
     }
     env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
-    env.update(LANG="C", LC_ALL="C", GIT_TERMINAL_PROMPT="0", GIT_ASKPASS="true")
+    env.update(
+        LANG="C",
+        LC_ALL="C",
+        GIT_TERMINAL_PROMPT="0",
+        GIT_ASKPASS="true",
+        # No ext:: or fd:: transports: a repo URL must never run a command.
+        GIT_ALLOW_PROTOCOL="file:git:http:https:ssh",
+    )
     return env
 
 

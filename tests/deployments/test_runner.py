@@ -107,3 +107,22 @@ def test_steps_get_an_explicit_environment_not_the_workers(make_project, deploy_
         "FROM_PROJECT",
         "FROM_STEP",
     } | {name for name in variables if name.startswith("CONVEYOR")}
+
+
+def test_a_pending_deployment_whose_message_was_lost_still_runs(
+    make_project, deploy_worker, purge_broker
+):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from jobs.maintenance.sweeper import sweep
+
+    project = make_project()
+    deployment = deployment_create(project=project, ref="main")
+    purge_broker()  # the broker lost the message (flushed Redis, restart, ...)
+    long_ago = timezone.now() - timedelta(minutes=10)
+    Job.objects.filter(pk=deployment.job_id).update(run_after=long_ago, published_at=long_ago)
+    deploy_worker()
+    assert sweep().republished == 1
+    assert wait_for(deployment, "success", "failed").status == "success"
