@@ -82,7 +82,7 @@ def deployment_log_size(*, deployment: Deployment) -> int:
 
 
 def deployment_logs(
-    *, deployment: Deployment, offset: int = 0, limit_bytes: int = DEFAULT_LOG_LIMIT
+    deployment: Deployment | int, offset: int = 0, limit_bytes: int = DEFAULT_LOG_LIMIT
 ) -> dict:
     """Return up to ``limit_bytes`` of log from byte ``offset``: ``{text, next_offset, complete}``.
 
@@ -90,6 +90,8 @@ def deployment_logs(
     ``next_offset`` can be passed back as is; invalid bytes a step printed come back as
     U+FFFD. ``complete`` is true once the deployment has finished and everything was read.
     """
+    if not isinstance(deployment, Deployment):
+        deployment = deployment_get(deployment_id=int(deployment))
     offset = max(0, int(offset))
     limit_bytes = max(1, min(int(limit_bytes), MAX_LOG_LIMIT))
     # Status first: the runner stores the last chunk before the final status, so a final

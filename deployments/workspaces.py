@@ -47,6 +47,7 @@ class Checkout:
 
 
 def project_root(project: Project) -> Path:
+    """Return the directory holding a project's clone, worktrees, workdir and lock."""
     return conf.get().workspaces_dir / project.slug
 
 

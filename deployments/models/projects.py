@@ -103,6 +103,7 @@ class Step(models.Model):
         return f"{self.pipeline}#{self.position} {self.name}"
 
     def as_snapshot(self) -> dict:
+        """Return the step as plain data (what a Deployment keeps)."""
         return {
             "name": self.name,
             "command": self.command,

@@ -27,6 +27,7 @@ class ApplyResult:
     deleted: int = 0
 
     def record(self, what: str, outcome: str) -> None:
+        """Note one outcome (created, updated, unchanged or deleted) for ``what``."""
         self.lines.append(f"{what}: {outcome}")
         setattr(self, outcome, getattr(self, outcome) + 1)
 

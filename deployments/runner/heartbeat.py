@@ -28,6 +28,7 @@ class Beat:
         self._next = 0.0
 
     def tick(self, *, force: bool = False) -> Stop | None:
+        """Beat if the interval has passed (or ``force``); return the verdict so far."""
         now = time.monotonic()
         if self.verdict is not None or (not force and now < self._next):
             return self.verdict

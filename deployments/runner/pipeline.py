@@ -73,6 +73,7 @@ class Execution:
         self.grace = float(grace) if grace is not None else conf.get().stop_grace.total_seconds()
 
     def run(self) -> str:
+        """Check out, run the steps, record the end; return the final status."""
         checkout = self._checkout()
         if checkout is None:
             return self.deployment.status

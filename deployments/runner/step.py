@@ -54,6 +54,7 @@ class Watch:
         self.deadline = deadline
 
     def check(self) -> Stop | None:
+        """Return why the step must stop now, or None."""
         verdict = self.beat.tick()
         if verdict is not None:
             return verdict
@@ -111,6 +112,7 @@ class _Pump:
         self.stop_sent_at: float | None = None
 
     def run(self, watch: Watch, began: float) -> StepResult:
+        """Pump output until the supervisor has exited and the pipes are closed."""
         exited_at = None
         while self.open:
             self._read(timeout=0.2)

@@ -140,6 +140,7 @@ class _Wake:
             self.pidfd = None
 
     def wait(self, timeout: float) -> None:
+        """Return when the step exits, a signal arrives or ``timeout`` passes."""
         if self.pidfd is None:
             timeout = min(timeout, POLL_SECONDS)
         fds = [self.read] if self.pidfd is None else [self.read, self.pidfd]
@@ -149,6 +150,7 @@ class _Wake:
 
 
 def main(argv: list[str]) -> int:
+    """Run the step, stop it when told (or orphaned), report how it ended."""
     grace, runner_pid, command = float(argv[1]), int(argv[2]), argv[4:]
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, _on_stop_signal)
