@@ -26,7 +26,9 @@ from django.utils import timezone
 
 from deployments import conf
 from deployments.git import GitError, git, resolve
-from deployments.models import ACTIVE, Deployment, Project, Workspace, Worktree
+from deployments.models import ACTIVE, Deployment, FailureReason, Project, Workspace, Worktree
+
+WORKDIR_ERROR = FailureReason.WORKDIR_ERROR
 
 LOCK_POLL_SECONDS = 0.2
 
@@ -36,7 +38,11 @@ class LockBusy(Exception):  # noqa: N818 - a condition, not a failure
 
 
 class CheckoutError(Exception):
-    """The deployment's code could not be checked out (clone, fetch, unknown ref)."""
+    """The deployment's code could not be checked out (clone, fetch, unknown ref, disk)."""
+
+    def __init__(self, message: str, *, reason: str = FailureReason.GIT_ERROR) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 @dataclass(frozen=True)
@@ -83,7 +89,10 @@ def acquire(deployment: Deployment, *, keep_alive: Callable[[], None]) -> Checko
     project = deployment.project
     if not project.repo:
         path = Path(project.workdir) if project.workdir else project_root(project) / "workdir"
-        path.mkdir(parents=True, exist_ok=True)
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise CheckoutError(f"workdir {path}: {exc}", reason=WORKDIR_ERROR) from exc
         return Checkout(path=path, commit_sha="", worktree=None)
     try:
         with project_lock(project, keep_alive):
@@ -93,6 +102,8 @@ def acquire(deployment: Deployment, *, keep_alive: Callable[[], None]) -> Checko
     except GitError as exc:
         Workspace.objects.filter(project=project).update(last_fetch_error=str(exc)[:2000])
         raise CheckoutError(str(exc)) from exc
+    except OSError as exc:  # the workspaces directory itself (permissions, full disk)
+        raise CheckoutError(f"workspace: {exc}", reason=WORKDIR_ERROR) from exc
     return Checkout(path=Path(worktree.path), commit_sha=sha, worktree=worktree)
 
 

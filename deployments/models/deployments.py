@@ -44,6 +44,7 @@ class FailureReason(models.TextChoices):
     TIMED_OUT = "timed_out", "Timed out"
     WORKER_LOST = "worker_lost", "Worker lost"
     GIT_ERROR = "git_error", "Git checkout failed"
+    WORKDIR_ERROR = "workdir_error", "The working directory is not usable"
     INTERNAL_ERROR = "internal_error", "Internal error"
     JOB_LOST = "job_lost", "Its job was cancelled or lost before it ran"
     CANCELLED = "cancelled", "Cancelled"

@@ -93,7 +93,7 @@ class Execution:
             checkout = workspaces.acquire(deployment, keep_alive=self._keep_alive)
         except workspaces.CheckoutError as exc:
             self.log.line(f"conveyor: checkout failed: {exc}")
-            self._finish(S.FAILED, FailureReason.GIT_ERROR, str(exc))
+            self._finish(S.FAILED, exc.reason, str(exc))
             return None
         except Interrupted:
             self._finish(*self._stopped_outcome(self._stop_reason(), "during checkout"))

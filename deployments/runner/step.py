@@ -130,7 +130,11 @@ class _Pump:
                 break
         self.supervisor.wait()
         self.log.flush()
-        return StepResult(self._exit_code(), self.stop, time.monotonic() - began)
+        exit_code = self._exit_code()
+        error = ""
+        if exit_code is None and self.stop is None:  # the supervisor failed: say why
+            error = "supervisor: " + bytes(self.status).decode(errors="replace").strip()[-500:]
+        return StepResult(exit_code, self.stop, time.monotonic() - began, error=error)
 
     def _read(self, timeout: float) -> None:
         for key, _ in self.selector.select(timeout):

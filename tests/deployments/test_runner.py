@@ -126,3 +126,12 @@ def test_a_pending_deployment_whose_message_was_lost_still_runs(
     deploy_worker()
     assert sweep().republished == 1
     assert wait_for(deployment, "success", "failed").status == "success"
+
+
+def test_an_unusable_workdir_fails_the_deployment_before_any_step(make_project, deploy_worker):
+    project = make_project(workdir="/proc/conveyor-cannot-create-this")
+    deploy_worker()
+    done = wait_for(deployment_create(project=project, ref="main"), "success", "failed")
+    assert (done.status, done.failure_reason) == ("failed", FailureReason.WORKDIR_ERROR)
+    assert "conveyor: checkout failed: workdir" in log_text(done)
+    assert Job.objects.get(pk=done.job_id).status == "succeeded"  # not a crash: no dead letter
