@@ -116,7 +116,7 @@ class DeploymentAdmin(admin.ModelAdmin):
         return False  # deployments are created through the API or a retry
 
     def has_delete_permission(self, request, obj=None) -> bool:
-        return False  # history; the log purge removes old ones
+        return False  # history; old logs go with the log purge, the rows stay
 
     @admin.display(description="commit")
     def short_sha(self, deployment: Deployment) -> str:

@@ -10,6 +10,7 @@ Each is read from Django settings when defined there, else from the environment:
                                  again; the one before it wakes it earlier when it ends (5s)
 ``CONVEYOR_WORKTREE_IDLE_THRESHOLD``  a worktree unused this long is pruned (30d)
 ``CONVEYOR_WORKTREE_WARNING_LEAD``    ... after a ``worktree.prune_pending`` notice this early (72h)
+``CONVEYOR_LOG_RETENTION``       logs of deployments finished longer ago are deleted (90d)
 """
 
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ class DeploymentSettings:
     wait: timedelta
     worktree_idle_threshold: timedelta
     worktree_warning_lead: timedelta
+    log_retention: timedelta
 
 
 def _duration(name: str, default: str) -> timedelta:
@@ -56,6 +58,7 @@ def get() -> DeploymentSettings:
         wait=_duration("CONVEYOR_DEPLOYMENT_WAIT", "5s"),
         worktree_idle_threshold=_duration("CONVEYOR_WORKTREE_IDLE_THRESHOLD", "30d"),
         worktree_warning_lead=_duration("CONVEYOR_WORKTREE_WARNING_LEAD", "72h"),
+        log_retention=_duration("CONVEYOR_LOG_RETENTION", "90d"),
     )
 
 

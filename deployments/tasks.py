@@ -27,3 +27,11 @@ def prune_worktrees() -> dict:
     from deployments.maintenance.prune import prune_worktrees as prune
 
     return vars(prune())
+
+
+@shared_task(name="maintenance.purge_deployment_logs", ignore_result=True)
+def purge_deployment_logs() -> dict:
+    """Delete logs past their retention (see deployments.maintenance.purge_logs)."""
+    from deployments.maintenance.purge_logs import purge_logs
+
+    return vars(purge_logs())

@@ -235,4 +235,9 @@ CONVEYOR_PERIODIC_TASKS = [
         "maintenance.prune_worktrees",
         CONVEYOR_WORKTREE_PRUNE_INTERVAL,
     ),
+    (
+        "conveyor: purge old deployment logs",
+        "maintenance.purge_deployment_logs",
+        CONVEYOR_PURGE_INTERVAL,
+    ),
 ]

@@ -110,6 +110,7 @@ class Deployment(models.Model):
             models.Index(fields=["project", "environment", "status"], name="deployment_policy_idx"),
             models.Index(fields=["status", "created_at"], name="deployment_status_idx"),
             models.Index(fields=["job_id"], name="deployment_job_idx"),
+            models.Index(fields=["finished_at"], name="deployment_finished_idx"),
         ]
 
     def __str__(self) -> str:

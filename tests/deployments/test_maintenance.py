@@ -102,3 +102,34 @@ def test_prune_warns_first_then_removes_only_idle_warned_unused_worktrees(repo_p
     # Using a warned worktree clears its warning: the next round leaves it alone.
     checkout(repo_project, trees["due_warning"].commit_sha)
     assert Worktree.objects.get(pk=trees["due_warning"].pk).prune_warning_at is None
+
+
+def test_log_purge_deletes_only_logs_past_the_retention(make_project):
+    from deployments.maintenance.purge_logs import purge_logs
+    from deployments.models import Deployment, LogChunk
+    from deployments.runner.logwriter import LogWriter
+    from deployments.runner.masking import SecretMasker
+    from deployments.selectors import deployment_logs
+
+    project = make_project()
+    now = timezone.now()
+    cutoff = now - timedelta(days=90)
+    cases = {"old": cutoff - timedelta(hours=1), "recent": cutoff + timedelta(hours=1)}
+    made = {}
+    for name in ("old", "recent", "unfinished"):
+        deployment = deployment_create(project=project, ref="main")
+        writer = LogWriter(deployment.pk, SecretMasker([]))
+        writer.write(b"x" * 200_000)  # a few chunks each
+        writer.flush(final=True)
+        if name in cases:
+            transition(Q(pk=deployment.pk), "running")
+            transition(Q(pk=deployment.pk), "success", finished_at=cases[name])
+        made[name] = deployment
+    result = purge_logs(now=now)
+    assert (result.deployments, result.chunks) == (1, 4)
+    assert not LogChunk.objects.filter(deployment=made["old"]).exists()
+    assert LogChunk.objects.filter(deployment=made["recent"]).count() == 4
+    assert LogChunk.objects.filter(deployment=made["unfinished"]).count() == 4
+    assert Deployment.objects.filter(pk=made["old"].pk).exists()  # the deployment stays
+    assert deployment_logs(made["old"]) == {"text": "", "next_offset": 0, "complete": True}
+    assert purge_logs(now=now).chunks == 0
