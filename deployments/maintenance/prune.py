@@ -37,6 +37,7 @@ class PruneResult:
     pruned: int = 0
     kept_in_use: int = 0
     skipped_busy: int = 0
+    skipped_elsewhere: int = 0  # the workspace is not on this host
 
 
 def _notice(worktree: Worktree, **extra) -> dict:
@@ -60,16 +61,25 @@ def prune_worktrees(now: datetime | None = None) -> PruneResult:
         prune_warning_at__lte=now - lead,
         last_used_at__lt=now - threshold,
     )[:BATCH_SIZE]
-    pruned = in_use = busy = 0
+    pruned = in_use = busy = elsewhere = 0
     for worktree in candidates:
         if worktree.deployments.filter(status__in=ACTIVE).exists():
             in_use += 1
+            continue
+        if not (Path(worktree.workspace.path) / "HEAD").exists():
+            elsewhere += 1
             continue
         try:
             pruned += _remove(worktree, now, threshold, lead)
         except LockBusy:
             busy += 1
-    result = PruneResult(warned=warned, pruned=pruned, kept_in_use=in_use, skipped_busy=busy)
+    result = PruneResult(
+        warned=warned,
+        pruned=pruned,
+        kept_in_use=in_use,
+        skipped_busy=busy,
+        skipped_elsewhere=elsewhere,
+    )
     logger.info("maintenance.worktree_prune", extra=vars(result))
     return result
 
@@ -109,14 +119,11 @@ def _remove(worktree: Worktree, now, threshold, lead) -> int:
         if fresh is None or fresh.deployments.filter(status__in=ACTIVE).exists():
             return 0
         path = Path(fresh.path)
-        if (Path(workspace.path) / "HEAD").exists():
-            try:
-                git("worktree", "remove", "--force", str(path), cwd=workspace.path)
-            except GitError:
-                shutil.rmtree(path, ignore_errors=True)
-                git("worktree", "prune", cwd=workspace.path)
-        else:
+        try:
+            git("worktree", "remove", "--force", str(path), cwd=workspace.path)
+        except GitError:  # not a registered worktree any more: remove what is left
             shutil.rmtree(path, ignore_errors=True)
+            git("worktree", "prune", cwd=workspace.path)
         fresh.delete()
         notify_staff("worktree.pruned", _notice(worktree))
     return 1
