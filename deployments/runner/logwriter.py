@@ -38,11 +38,13 @@ class LogWriter:
 
     def write(self, data: bytes) -> None:
         """Take output bytes; store every complete chunk at once."""
+        if not data:
+            return
         self.bytes_in += len(data)
+        self._ends_with_newline = data.endswith(b"\n")
         released = self.masker.feed(data)
         if released:
             self._pending += released
-            self._ends_with_newline = released.endswith(b"\n")
         if len(self._pending) >= LOG_CHUNK_BYTES:
             self._store(whole_chunks_only=True)
 

@@ -1,6 +1,7 @@
 """Logs: append-only chunks (sequence, offset), the reader, masking and bounded memory."""
 
 import base64
+import time
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from deployments.selectors import deployment_logs
 from deployments.services import deployment_create
 from deployments.transitions import transition
 from tests.deployments.conftest import log_bytes, log_text, wait_for
+from tests.processes import wait_until
 
 MIB = 1024 * 1024
 
@@ -29,12 +31,21 @@ def test_the_writer_stores_full_chunks_at_once_and_the_rest_on_flush(deployment)
     assert [(c.sequence, c.offset, c.size) for c in chunks] == [(0, 0, LOG_CHUNK_BYTES)]
     writer.tick()  # under a second since the last store: nothing yet
     assert LogChunk.objects.filter(deployment=deployment).count() == 1
-    writer.flush(final=True)
+    began = time.monotonic()
+
+    def stored_on_time():
+        writer.tick()
+        return LogChunk.objects.filter(deployment=deployment).count() == 2
+
+    wait_until(stored_on_time, timeout=10, interval=0.05, message="the time-based flush")
+    assert 0.9 <= time.monotonic() - began < 3
     chunks = list(LogChunk.objects.filter(deployment=deployment).order_by("sequence"))
     assert [(c.sequence, c.offset, c.size) for c in chunks] == [
         (0, 0, LOG_CHUNK_BYTES),
         (1, LOG_CHUNK_BYTES, 10),
     ]
+    writer.flush(final=True)  # nothing left: no empty chunk
+    assert LogChunk.objects.filter(deployment=deployment).count() == 2
 
 
 def test_the_reader_pages_through_the_log_without_splitting_characters(deployment):
