@@ -238,6 +238,25 @@ def job_snooze(job: Job, *, seconds: float, reason: str = "") -> Job | None:
     return moved[0] if moved else None
 
 
+def job_wake(job_id: int) -> Job | None:
+    """Make a snoozed (``retrying``) job due now and publish it; None if it is not waiting.
+
+    For callers that know the reason a job snoozed is gone (deployments wakes the next
+    deployment of an environment when the one before it finishes). A job that is not
+    waiting is left alone; a duplicate message is turned away by the claim.
+    """
+    now = timezone.now()
+    rows = update_returning(
+        Job.objects.filter(pk=job_id, status=S.RETRYING, run_after__gt=now),
+        {"run_after": now, "updated_at": now, "published_at": now},
+    )
+    if not rows:
+        return None
+    log_job("job.woken", rows[0])
+    publish_on_commit(rows)
+    return rows[0]
+
+
 def job_bury(where: Q, *, error: str, actor: str = "system") -> list[Job]:
     """Move running jobs matching ``where`` to ``dead`` and deliver their dead letters.
 

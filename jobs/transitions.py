@@ -58,8 +58,11 @@ def transition_one(job_id: int, to: JobStatus, **kwargs) -> Job | None:
     return moved[0] if moved else None
 
 
-def update_returning(queryset, changes: dict) -> list[Job]:
-    """Run ``queryset.update(**changes)`` as one UPDATE ... RETURNING; return the rows."""
+def update_returning(queryset, changes: dict) -> list:
+    """Run ``queryset.update(**changes)`` as one UPDATE ... RETURNING; return the rows.
+
+    Works for any model (deployments uses it for its own state machine).
+    """
     query = queryset.query.chain(UpdateQuery)
     query.add_update_values(changes)
     connection = connections[queryset.db]
@@ -70,8 +73,9 @@ def update_returning(queryset, changes: dict) -> list[Job]:
         return []
     if not sql:
         return []
-    fields = Job._meta.concrete_fields
-    columns = [field.get_col(Job._meta.db_table) for field in fields]
+    model = queryset.model
+    fields = model._meta.concrete_fields
+    columns = [field.get_col(model._meta.db_table) for field in fields]
     quote = connection.ops.quote_name
     returning = ", ".join(quote(field.column) for field in fields)
     with connection.cursor() as cursor:
@@ -81,4 +85,4 @@ def update_returning(queryset, changes: dict) -> list[Job]:
     if converters:
         rows = compiler.apply_converters(rows, converters)
     names = [field.attname for field in fields]
-    return [Job.from_db(queryset.db, names, row) for row in rows]
+    return [model.from_db(queryset.db, names, row) for row in rows]

@@ -132,13 +132,14 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = 1024 * 1024
 _DEFAULT_BROKER_DIR = VAR_DIR / "broker"
 CELERY_BROKER_URL = env.string("CELERY_BROKER_URL", "filesystem://")
 if CELERY_BROKER_URL.startswith("filesystem://"):
-    for sub in ("queue", "processed"):
+    for sub in ("queue", "processed", "control"):
         (_DEFAULT_BROKER_DIR / sub).mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_DEFAULT_BROKER_DIR / "queue"),
         "data_folder_out": str(_DEFAULT_BROKER_DIR / "queue"),
         "processed_folder": str(_DEFAULT_BROKER_DIR / "processed"),
         "store_processed": False,
+        "control_folder": str(_DEFAULT_BROKER_DIR / "control"),
     }
 else:
     CELERY_BROKER_TRANSPORT_OPTIONS = {
@@ -229,4 +230,19 @@ CONVEYOR_PERIODIC_TASKS = [
     ("conveyor: reap expired job leases", "maintenance.reap_jobs", CONVEYOR_REAPER_INTERVAL),
     ("conveyor: sweep unclaimed jobs", "maintenance.sweep_jobs", CONVEYOR_SWEEPER_INTERVAL),
     ("conveyor: purge finished jobs", "maintenance.purge_jobs", CONVEYOR_PURGE_INTERVAL),
+    (
+        "conveyor: fetch git workspaces",
+        "maintenance.fetch_workspaces",
+        CONVEYOR_WORKSPACE_FETCH_INTERVAL,
+    ),
+    (
+        "conveyor: prune idle worktrees",
+        "maintenance.prune_worktrees",
+        CONVEYOR_WORKTREE_PRUNE_INTERVAL,
+    ),
+    (
+        "conveyor: purge old deployment logs",
+        "maintenance.purge_deployment_logs",
+        CONVEYOR_PURGE_INTERVAL,
+    ),
 ]

@@ -5,6 +5,8 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 from django.db import transaction
 
+from deployments.demo import DEMO_PROJECTS
+from deployments.projects_as_code import apply_document
 from project import env
 
 
@@ -33,6 +35,11 @@ class Command(BaseCommand):
         user.is_staff = user.is_superuser = user.is_active = True
         user.set_password(password)
         user.save()
+        result = apply_document(DEMO_PROJECTS)
+        self.stdout.write(
+            "Demo:     project demo, pipelines default, slow, broken "
+            f"({result.created} created, {result.updated} updated, {result.unchanged} unchanged)"
+        )
         port = env.string("PORT", "8000")
         self.stdout.write(
             f"Admin:    http://127.0.0.1:{port}/admin/  (user admin, password {password}; {source})"

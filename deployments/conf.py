@@ -1,0 +1,78 @@
+"""The deployments app's settings, typed, with their defaults; validated at start-up.
+
+Each is read from Django settings when defined there, else from the environment:
+
+``CONVEYOR_WORKSPACES_DIR``      where workspaces, worktrees and default workdirs live
+                                 (default ``var/workspaces``)
+``CONVEYOR_STOP_GRACE``          SIGTERM-to-SIGKILL grace when a step is stopped (10s)
+``CONVEYOR_DEPLOYMENT_TIMEOUT``  timeout of a project created without one (1h)
+``CONVEYOR_DEPLOYMENT_WAIT``     how long a deployment that must wait snoozes before it looks
+                                 again; the one before it wakes it earlier when it ends (5s)
+``CONVEYOR_WORKTREE_IDLE_THRESHOLD``  a worktree unused this long is pruned (30d)
+``CONVEYOR_WORKTREE_WARNING_LEAD``    ... after a ``worktree.prune_pending`` notice this early (72h)
+``CONVEYOR_LOG_RETENTION``       logs of deployments finished longer ago are deleted (90d)
+"""
+
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+
+from project import env
+
+# Flush the log at least this often and at this size; a chunk never holds more.
+LOG_CHUNK_BYTES = 64 * 1024
+LOG_FLUSH_SECONDS = 1.0
+# The runner extends the job lease and looks at the cancel flag this often while a step runs.
+HEARTBEAT_SECONDS = 1.0
+
+
+@dataclass(frozen=True)
+class DeploymentSettings:
+    workspaces_dir: Path
+    stop_grace: timedelta
+    deployment_timeout: timedelta
+    wait: timedelta
+    worktree_idle_threshold: timedelta
+    worktree_warning_lead: timedelta
+    log_retention: timedelta
+
+
+def _duration(name: str, default: str) -> timedelta:
+    value = getattr(settings, name, None)
+    if value is None:
+        return env.duration(name, default)
+    if isinstance(value, timedelta):
+        return value
+    return env.parse_duration(str(value))
+
+
+def get() -> DeploymentSettings:
+    """Return the settings in force (read each call so tests can override them)."""
+    return DeploymentSettings(
+        workspaces_dir=Path(settings.CONVEYOR_WORKSPACES_DIR),
+        stop_grace=_duration("CONVEYOR_STOP_GRACE", "10s"),
+        deployment_timeout=_duration("CONVEYOR_DEPLOYMENT_TIMEOUT", "1h"),
+        wait=_duration("CONVEYOR_DEPLOYMENT_WAIT", "5s"),
+        worktree_idle_threshold=_duration("CONVEYOR_WORKTREE_IDLE_THRESHOLD", "30d"),
+        worktree_warning_lead=_duration("CONVEYOR_WORKTREE_WARNING_LEAD", "72h"),
+        log_retention=_duration("CONVEYOR_LOG_RETENTION", "90d"),
+    )
+
+
+def validate() -> None:
+    """Fail loudly at start-up on a setting that cannot work."""
+    try:
+        conf = get()
+    except ValueError as exc:
+        raise ImproperlyConfigured(str(exc)) from None
+    if conf.deployment_timeout < timedelta(seconds=1):
+        raise ImproperlyConfigured("CONVEYOR_DEPLOYMENT_TIMEOUT must be at least 1s")
+    if conf.wait < timedelta(seconds=1):
+        raise ImproperlyConfigured("CONVEYOR_DEPLOYMENT_WAIT must be at least 1s")
+    if conf.worktree_warning_lead >= conf.worktree_idle_threshold:
+        raise ImproperlyConfigured(
+            "CONVEYOR_WORKTREE_WARNING_LEAD must be shorter than CONVEYOR_WORKTREE_IDLE_THRESHOLD"
+        )

@@ -1,0 +1,98 @@
+"""Run git commands for workspaces: bounded, killable, with a minimal environment.
+
+``keep_alive`` is called about every second while a command runs (the runner passes one that
+heartbeats and raises ``Interrupted`` on cancel); the command's process group is then
+killed, so a cancel never waits for a slow fetch.
+"""
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+GIT_TIMEOUT_SECONDS = 900
+ERROR_TAIL = 2000
+
+
+class GitError(Exception):
+    """A git command failed; the message carries the tail of its stderr."""
+
+
+class Interrupted(Exception):  # noqa: N818 - raised to abandon the checkout, not an error
+    """Raised by ``keep_alive`` to abandon the command (cancel, lost lease)."""
+
+
+def git_environment() -> dict[str, str]:
+    """Return the environment for git: enough to find it and its credentials, no prompts."""
+    env = {
+        name: os.environ[name] for name in ("PATH", "HOME", "SSH_AUTH_SOCK") if name in os.environ
+    }
+    env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
+    env.update(
+        LANG="C",
+        LC_ALL="C",
+        GIT_TERMINAL_PROMPT="0",
+        GIT_ASKPASS="true",
+        # No ext:: or fd:: transports: a repo URL must never run a command.
+        GIT_ALLOW_PROTOCOL="file:git:http:https:ssh",
+    )
+    return env
+
+
+def git(
+    *args: str,
+    cwd: Path | str | None = None,
+    keep_alive: Callable[[], None] | None = None,
+    timeout: float = GIT_TIMEOUT_SECONDS,
+) -> str:
+    """Run ``git *args``; return its stdout, or raise GitError with its stderr."""
+    process = subprocess.Popen(
+        ["git", *args],
+        cwd=cwd,
+        env=git_environment(),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            try:
+                out, err = process.communicate(timeout=1.0)
+                break
+            except subprocess.TimeoutExpired:
+                if time.monotonic() > deadline:
+                    raise GitError(f"git {args[0]} timed out after {timeout:.0f}s") from None
+                if keep_alive is not None:
+                    keep_alive()
+    finally:
+        if process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+    if process.returncode != 0:
+        message = err.decode(errors="replace").strip()[-ERROR_TAIL:]
+        raise GitError(f"git {args[0]} failed (exit {process.returncode}): {message}")
+    return out.decode(errors="replace")
+
+
+def resolve(repo: Path, ref: str) -> str | None:
+    """Return the full commit sha ``ref`` names in ``repo``, or None."""
+    try:
+        return (
+            git(
+                "rev-parse",
+                "--verify",
+                "--quiet",
+                "--end-of-options",
+                f"{ref}^{{commit}}",
+                cwd=repo,
+            ).strip()
+            or None
+        )
+    except GitError:
+        return None

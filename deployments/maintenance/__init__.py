@@ -1,0 +1,1 @@
+"""Periodic upkeep of git workspaces: fetch keeps clones fresh, prune removes idle worktrees."""

@@ -1,0 +1,40 @@
+"""Deployments' models: projects as configured, deployments as they ran, git workspaces."""
+
+from deployments.models.deployments import (
+    ACTIVE,
+    FINISHED,
+    TRANSITIONS,
+    Deployment,
+    DeploymentStatus,
+    FailureReason,
+    LogChunk,
+    StepRun,
+    StepStatus,
+)
+from deployments.models.projects import (
+    ConcurrencyPolicy,
+    EnvironmentLock,
+    Pipeline,
+    Project,
+    Step,
+)
+from deployments.models.workspaces import Workspace, Worktree
+
+__all__ = (
+    "ACTIVE",
+    "FINISHED",
+    "TRANSITIONS",
+    "ConcurrencyPolicy",
+    "Deployment",
+    "DeploymentStatus",
+    "EnvironmentLock",
+    "FailureReason",
+    "LogChunk",
+    "Pipeline",
+    "Project",
+    "Step",
+    "StepRun",
+    "StepStatus",
+    "Workspace",
+    "Worktree",
+)

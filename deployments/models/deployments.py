@@ -1,0 +1,188 @@
+"""What ran: a Deployment (its state machine), its StepRuns and its append-only log chunks."""
+
+from django.db import models
+from django.db.models import Q
+
+from deployments.models.projects import Pipeline, Project
+from deployments.models.workspaces import Worktree
+
+
+class DeploymentStatus(models.TextChoices):
+    # Written by create (and retry); left by the claim, a cancel, a supersede or the
+    # dead-job handler.
+    PENDING = "pending", "Pending"
+    # Written by the claim; left by the runner when it ends, by a cancel request or by the
+    # dead-job handler (worker lost).
+    RUNNING = "running", "Running"
+    # Written by a cancel request; left by the runner once the steps have stopped (or by the
+    # dead-job handler).
+    CANCELLING = "cancelling", "Cancelling"
+    # Final.
+    SUCCESS = "success", "Success"
+    FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+S = DeploymentStatus
+
+# The one table of allowed moves; deployments.transitions.transition() enforces it.
+# cancelling -> success: the cancel arrived after the last step had already succeeded.
+TRANSITIONS: dict[str, frozenset[str]] = {
+    S.PENDING: frozenset({S.RUNNING, S.CANCELLED, S.FAILED}),
+    S.RUNNING: frozenset({S.CANCELLING, S.SUCCESS, S.FAILED, S.CANCELLED}),
+    S.CANCELLING: frozenset({S.SUCCESS, S.FAILED, S.CANCELLED}),
+    S.SUCCESS: frozenset(),
+    S.FAILED: frozenset(),
+    S.CANCELLED: frozenset(),
+}
+FINISHED = frozenset({S.SUCCESS, S.FAILED, S.CANCELLED})
+ACTIVE = frozenset({S.RUNNING, S.CANCELLING})
+
+
+class FailureReason(models.TextChoices):
+    STEP_FAILED = "step_failed", "A step failed"
+    TIMED_OUT = "timed_out", "Timed out"
+    WORKER_LOST = "worker_lost", "Worker lost"
+    GIT_ERROR = "git_error", "Git checkout failed"
+    WORKDIR_ERROR = "workdir_error", "The working directory is not usable"
+    INTERNAL_ERROR = "internal_error", "Internal error"
+    JOB_LOST = "job_lost", "Its job was cancelled or lost before it ran"
+    CANCELLED = "cancelled", "Cancelled"
+    SUPERSEDED = "superseded", "Superseded by a newer deployment"
+
+
+class Deployment(models.Model):
+    """One run of a pipeline's steps (as snapshotted at trigger time) for a ref and environment.
+
+    A deployment runs at most once; a retry is a new Deployment with ``retry_of`` set.
+    """
+
+    project = models.ForeignKey(Project, on_delete=models.PROTECT, related_name="deployments")
+    environment = models.CharField(max_length=64)
+    ref = models.CharField(max_length=255)
+    commit_sha = models.CharField(max_length=64, blank=True, default="")
+    pipeline = models.ForeignKey(
+        Pipeline, on_delete=models.SET_NULL, null=True, blank=True, related_name="deployments"
+    )
+    pipeline_name = models.CharField(max_length=64)
+    params = models.JSONField(default=dict, blank=True)
+    steps = models.JSONField(default=list, help_text="the pipeline's steps at trigger time")
+    timeout = models.PositiveIntegerField(help_text="seconds, from the project at trigger time")
+    status = models.CharField(
+        max_length=16, choices=DeploymentStatus.choices, default=DeploymentStatus.PENDING
+    )
+    failure_reason = models.CharField(
+        max_length=32, choices=FailureReason.choices, blank=True, default=""
+    )
+    error = models.TextField(blank=True, default="", help_text="what went wrong, for operators")
+    retry_of = models.ForeignKey(
+        "self", on_delete=models.SET_NULL, null=True, blank=True, related_name="retries"
+    )
+    attempt = models.PositiveIntegerField(default=1)
+    triggered_by = models.CharField(max_length=200, default="system")
+    idempotency_key = models.CharField(max_length=200, null=True, blank=True)
+    request_fingerprint = models.CharField(max_length=64, blank=True, default="")
+    job_id = models.BigIntegerField(null=True, blank=True, help_text="the jobs.Job running it")
+    worker = models.CharField(max_length=200, blank=True, default="")
+    worktree = models.ForeignKey(
+        Worktree, on_delete=models.SET_NULL, null=True, blank=True, related_name="deployments"
+    )
+    project_dir = models.CharField(max_length=500, blank=True, default="")
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+    started_at = models.DateTimeField(null=True, blank=True)
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["project", "idempotency_key"],
+                condition=Q(idempotency_key__isnull=False),
+                name="deployment_idempotency_unique",
+            ),
+            models.CheckConstraint(
+                condition=Q(status__in=DeploymentStatus.values), name="deployment_status_valid"
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["project", "environment", "status"], name="deployment_policy_idx"),
+            models.Index(fields=["status", "created_at"], name="deployment_status_idx"),
+            models.Index(fields=["job_id"], name="deployment_job_idx"),
+            models.Index(fields=["finished_at"], name="deployment_finished_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return (
+            f"Deployment {self.pk} {self.project_id}/{self.environment}@{self.ref} [{self.status}]"
+        )
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in FINISHED
+
+
+class StepStatus(models.TextChoices):
+    PENDING = "pending", "Pending"
+    RUNNING = "running", "Running"
+    SUCCESS = "success", "Success"
+    FAILED = "failed", "Failed"
+    TIMED_OUT = "timed_out", "Timed out"
+    CANCELLED = "cancelled", "Cancelled"
+    SKIPPED = "skipped", "Skipped"
+
+
+class StepRun(models.Model):
+    """How one snapshotted step of a deployment ran, and where its output lies in the log."""
+
+    deployment = models.ForeignKey(Deployment, on_delete=models.CASCADE, related_name="step_runs")
+    position = models.PositiveIntegerField()
+    name = models.CharField(max_length=100)
+    status = models.CharField(max_length=16, choices=StepStatus.choices, default=StepStatus.PENDING)
+    exit_code = models.IntegerField(null=True, blank=True, help_text="-N: killed by signal N")
+    continue_on_error = models.BooleanField(default=False)
+    log_start = models.BigIntegerField(null=True, blank=True)
+    log_end = models.BigIntegerField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["deployment", "position"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["deployment", "position"], name="step_run_position_unique"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.deployment_id}#{self.position} {self.name} [{self.status}]"
+
+
+class LogChunk(models.Model):
+    """An append-only piece of a deployment's log: bytes at ``offset``, number ``sequence``.
+
+    Chunks are at most 64 KiB, already masked, and never updated.
+    """
+
+    deployment = models.ForeignKey(Deployment, on_delete=models.CASCADE, related_name="log_chunks")
+    step_run = models.ForeignKey(
+        StepRun, on_delete=models.CASCADE, null=True, blank=True, related_name="log_chunks"
+    )
+    sequence = models.PositiveIntegerField()
+    offset = models.BigIntegerField()
+    size = models.PositiveIntegerField()
+    data = models.BinaryField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["deployment", "sequence"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["deployment", "sequence"], name="log_chunk_sequence_unique"
+            )
+        ]
+        indexes = [models.Index(fields=["deployment", "offset"], name="log_chunk_offset_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.deployment_id}:{self.sequence} @{self.offset}+{self.size}"

@@ -1,0 +1,134 @@
+"""What operators configure: a Project, its Pipelines and their ordered Steps."""
+
+from django.core.validators import RegexValidator
+from django.db import models
+
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+name_validator = RegexValidator(NAME_PATTERN, "use letters, digits, '.', '_' and '-' (max 64)")
+
+
+class ConcurrencyPolicy(models.TextChoices):
+    # One at a time per (project, environment), in creation order.
+    QUEUE = "queue", "Queue (FIFO, one at a time)"
+    # At most one running and one pending: a newer pending deployment cancels the older one.
+    SUPERSEDE = "supersede", "Supersede pending"
+    # The newest deployment cancels whatever runs or waits before it.
+    CANCEL_IN_PROGRESS = "cancel_in_progress", "Cancel in progress"
+
+
+class Project(models.Model):
+    """A deployable thing: where its code comes from, its settings and its concurrency policy."""
+
+    slug = models.SlugField(max_length=64, unique=True)
+    name = models.CharField(max_length=200, blank=True, default="")
+    repo = models.CharField(
+        max_length=500, blank=True, default="", help_text="git URL or local path; empty: workdir"
+    )
+    workdir = models.CharField(
+        max_length=500,
+        blank=True,
+        default="",
+        help_text="directory steps run in when there is no repo (default: one under workspaces)",
+    )
+    default_environment = models.CharField(
+        max_length=64, default="production", validators=[name_validator]
+    )
+    default_pipeline = models.CharField(
+        max_length=64, default="default", validators=[name_validator]
+    )
+    env = models.JSONField(default=dict, blank=True, help_text="variables given to every step")
+    secrets = models.JSONField(
+        default=dict, blank=True, help_text="variables given to every step, masked in logs"
+    )
+    concurrency_policy = models.CharField(
+        max_length=32, choices=ConcurrencyPolicy.choices, default=ConcurrencyPolicy.QUEUE
+    )
+    deployment_timeout = models.PositiveIntegerField(
+        default=3600, help_text="seconds a whole deployment may run"
+    )
+    stop_grace = models.PositiveIntegerField(
+        null=True, blank=True, help_text="seconds between SIGTERM and SIGKILL (default setting)"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["slug"]
+
+    def __str__(self) -> str:
+        return self.slug
+
+
+class Pipeline(models.Model):
+    """A named, ordered list of steps of one project."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="pipelines")
+    name = models.CharField(max_length=64, validators=[name_validator])
+    description = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["project__slug", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["project", "name"], name="pipeline_name_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.project.slug}/{self.name}"
+
+    def snapshot(self) -> list[dict]:
+        """Return the steps as the plain data a Deployment keeps (edits never reach it)."""
+        return [step.as_snapshot() for step in self.steps.order_by("position")]
+
+
+class Step(models.Model):
+    """One shell command of a pipeline."""
+
+    pipeline = models.ForeignKey(Pipeline, on_delete=models.CASCADE, related_name="steps")
+    position = models.PositiveIntegerField()
+    name = models.CharField(max_length=100)
+    command = models.TextField(help_text="run with /bin/sh -c")
+    timeout = models.PositiveIntegerField(null=True, blank=True, help_text="seconds")
+    env = models.JSONField(default=dict, blank=True)
+    continue_on_error = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ["pipeline", "position"]
+        constraints = [
+            models.UniqueConstraint(fields=["pipeline", "position"], name="step_position_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.pipeline}#{self.position} {self.name}"
+
+    def as_snapshot(self) -> dict:
+        """Return the step as plain data (what a Deployment keeps)."""
+        return {
+            "name": self.name,
+            "command": self.command,
+            "timeout": self.timeout,
+            "env": dict(self.env or {}),
+            "continue_on_error": self.continue_on_error,
+        }
+
+
+class EnvironmentLock(models.Model):
+    """The row that serializes concurrency decisions for one (project, environment).
+
+    Creating a deployment and claiming one both ``SELECT ... FOR UPDATE`` this row first, so
+    "is anything else running here?" and "then I run" happen as one decision.
+    """
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="locks")
+    environment = models.CharField(max_length=64)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["project", "environment"], name="environment_lock_unique"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.project_id}:{self.environment}"

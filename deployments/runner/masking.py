@@ -1,0 +1,73 @@
+"""Mask secret values, and their base64 forms, in a byte stream cut into arbitrary pieces.
+
+A secret may arrive split across two reads. ``SecretMasker.feed`` masks what it can and holds
+back the longest tail that could still be the start of a secret, so nothing is released
+until it is known not to be (part of) one; ``flush`` releases the tail at the end.
+"""
+
+import base64
+from collections.abc import Iterable
+
+MASK = b"***"
+
+
+def base64_forms(secret: bytes) -> set[bytes]:
+    """Return the base64 text a secret produces wherever it sits in an encoded stream.
+
+    Base64 encodes 3-byte groups, so a secret starting at offset 0, 1 or 2 of a group is
+    encoded three different ways; only the characters made of the secret's bits alone are
+    kept (the ones at each end also depend on neighbouring bytes).
+    """
+    forms = set()
+    bits = len(secret) * 8
+    for shift in range(3):
+        encoded = base64.b64encode(b"\0" * shift + secret + b"\0\0")
+        first = -(-shift * 8 // 6)  # first character whose bits all come from the secret
+        last = (shift * 8 + bits) // 6  # one past the last such character
+        form = encoded[first:last]
+        if len(form) >= 6:
+            forms.add(form)
+    return forms
+
+
+class SecretMasker:
+    """Replace every secret (and base64 form of it) with ``***`` in a stream of bytes."""
+
+    def __init__(self, secrets: Iterable[str]) -> None:
+        patterns: set[bytes] = set()
+        for secret in secrets:
+            raw = str(secret).encode()
+            if not raw or raw in MASK:
+                continue
+            patterns.add(raw)
+            patterns |= base64_forms(raw)
+        self.patterns = sorted(patterns, key=len, reverse=True)
+        self._prefixes = {p[:i] for p in self.patterns for i in range(1, len(p))}
+        self._hold_max = max((len(p) - 1 for p in self.patterns), default=0)
+        self._tail = b""
+
+    def feed(self, data: bytes) -> bytes:
+        """Return the masked bytes that can be released now; keep a possible secret start."""
+        if not self.patterns:
+            return data
+        buffer = self._mask(self._tail + data)
+        hold = self._held(buffer)
+        self._tail = buffer[len(buffer) - hold :] if hold else b""
+        return buffer[: len(buffer) - hold]
+
+    def flush(self) -> bytes:
+        """Release whatever is held (the stream ended, so it cannot become a secret)."""
+        tail, self._tail = self._tail, b""
+        return tail
+
+    def _mask(self, data: bytes) -> bytes:
+        for pattern in self.patterns:
+            if pattern in data:
+                data = data.replace(pattern, MASK)
+        return data
+
+    def _held(self, buffer: bytes) -> int:
+        for size in range(min(self._hold_max, len(buffer)), 0, -1):
+            if buffer[-size:] in self._prefixes:
+                return size
+        return 0

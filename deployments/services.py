@@ -1,0 +1,278 @@
+"""The deployments services: create, cancel, retry and claim. Every edge calls these.
+
+API views, admin actions, management commands and the ``deployments.run`` task call these
+functions; none of them changes a deployment any other way. Functions are keyword-only and
+raise the domain errors of ``deployments.errors``.
+"""
+
+import hashlib
+import json
+from dataclasses import dataclass
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from deployments import conf, lifecycle, policy
+from deployments.errors import (
+    DeploymentNotFound,
+    IdempotencyConflict,
+    InvalidRequest,
+    NotCancellable,
+    NotRetryable,
+    PipelineNotFound,
+    ProjectNotFound,
+)
+from deployments.events import emit, log_deployment
+from deployments.locks import lock_environment
+from deployments.models import Deployment, DeploymentStatus, FailureReason, Pipeline, Project
+from deployments.policy import Decision
+from deployments.validation import (
+    clean_environment,
+    clean_idempotency_key,
+    clean_params,
+    clean_ref,
+)
+from jobs.models import AuditLog, Job
+from jobs.services import enqueue, job_snooze
+
+S = DeploymentStatus
+RUN_TASK = "deployments.run"
+RUN_QUEUE = "deployments"
+
+
+def deployment_create(
+    *,
+    project: Project | str,
+    ref: str,
+    environment: str | None = None,
+    pipeline: str | None = None,
+    params: dict | None = None,
+    triggered_by: str = "system",
+    idempotency_key: str | None = None,
+) -> Deployment:
+    """Create a pending deployment and its job in one transaction; return it.
+
+    The pipeline's steps are copied into the deployment, so later edits never change it.
+    A repeated ``idempotency_key`` with the same request returns the first deployment; with
+    a different request it raises IdempotencyConflict.
+    """
+    project = _project(project)
+    ref = clean_ref(ref)
+    environment = clean_environment(environment or project.default_environment)
+    pipeline_name = pipeline or project.default_pipeline
+    params = clean_params(params)
+    idempotency_key = clean_idempotency_key(idempotency_key)
+    fingerprint = _fingerprint(
+        ref=ref, environment=environment, pipeline=pipeline_name, params=params
+    )
+    with transaction.atomic():
+        lock_environment(project.pk, environment)
+        if idempotency_key is not None:
+            existing = _replay(project, idempotency_key, fingerprint)
+            if existing is not None:
+                return existing
+        found = Pipeline.objects.filter(project=project, name=pipeline_name).first()
+        if found is None:
+            raise PipelineNotFound(f"project {project.slug} has no pipeline {pipeline_name!r}")
+        steps = found.snapshot()
+        if not steps:
+            raise InvalidRequest(f"pipeline {pipeline_name!r} has no steps", field="pipeline")
+        try:
+            with transaction.atomic():
+                deployment = _insert(
+                    project,
+                    environment=environment,
+                    ref=ref,
+                    pipeline=found,
+                    pipeline_name=pipeline_name,
+                    params=params,
+                    steps=steps,
+                    timeout=project.deployment_timeout,
+                    triggered_by=triggered_by,
+                    idempotency_key=idempotency_key,
+                    request_fingerprint=fingerprint if idempotency_key else "",
+                )
+        except IntegrityError:
+            # The same key was used at the same moment for another environment.
+            existing = _replay(project, idempotency_key, fingerprint)
+            if existing is None:
+                raise
+            return existing
+        return _announce_new(deployment)
+
+
+def deployment_retry(
+    *, deployment_id: int, triggered_by: str = "system", idempotency_key: str | None = None
+) -> Deployment:
+    """Create a new deployment re-running a finished one: same snapshot, commit and params.
+
+    The new deployment has ``retry_of`` set and ``attempt + 1``. Raises NotRetryable unless
+    the original has finished.
+    """
+    idempotency_key = clean_idempotency_key(idempotency_key)
+    with transaction.atomic():
+        original = _deployment(deployment_id)
+        lock_environment(original.project_id, original.environment)
+        fingerprint = _fingerprint(retry_of=original.pk)
+        if idempotency_key is not None:
+            existing = _replay(original.project, idempotency_key, fingerprint)
+            if existing is not None:
+                return existing
+        original.refresh_from_db(fields=["status"])
+        if not original.is_finished:
+            raise NotRetryable(
+                f"deployment {original.pk} is {original.status}: only a finished one can be retried"
+            )
+        deployment = _insert(
+            original.project,
+            environment=original.environment,
+            ref=original.ref,
+            commit_sha=original.commit_sha,
+            pipeline=original.pipeline,
+            pipeline_name=original.pipeline_name,
+            params=original.params,
+            steps=original.steps,
+            timeout=original.timeout,
+            retry_of=original,
+            attempt=original.attempt + 1,
+            triggered_by=triggered_by,
+            idempotency_key=idempotency_key,
+            request_fingerprint=fingerprint if idempotency_key else "",
+        )
+        _audit(triggered_by, "deployment.retry", original, {"new_deployment": deployment.pk})
+        return _announce_new(deployment)
+
+
+def deployment_cancel(*, deployment_id: int, actor: str) -> Deployment:
+    """Cancel a deployment: at once while pending, by stopping its steps while running.
+
+    A running deployment moves to ``cancelling`` and its runner stops the current step
+    (SIGTERM, grace, SIGKILL) before it becomes ``cancelled``. Cancelling one that is already
+    cancelling is a no-op; a finished one raises NotCancellable.
+    """
+    with transaction.atomic():
+        deployment = _deployment(deployment_id)
+        lock_environment(deployment.project_id, deployment.environment)
+        deployment.refresh_from_db()
+        for _ in range(3):  # statuses only move forward, so this settles quickly
+            if deployment.status == S.PENDING:
+                moved = lifecycle.cancel_pending(
+                    deployment, reason=FailureReason.CANCELLED, actor=actor
+                )
+            elif deployment.status == S.RUNNING:
+                moved = lifecycle.request_stop(
+                    deployment, reason=FailureReason.CANCELLED, actor=actor
+                )
+            elif deployment.status == S.CANCELLING:
+                return deployment
+            else:
+                raise NotCancellable(f"deployment {deployment.pk} has already {deployment.status}")
+            if moved is not None:
+                _audit(actor, "deployment.cancel", moved, {"status": moved.status})
+                return moved
+            deployment.refresh_from_db()
+        raise NotCancellable(f"deployment {deployment.pk} kept changing; try again")
+
+
+@dataclass(frozen=True)
+class Claim:
+    decision: Decision | None  # None: nothing to run (gone, finished or not this job's)
+    deployment: Deployment | None = None
+
+
+def deployment_claim(*, deployment_id: int, job: Job) -> Claim:
+    """Decide, under the environment lock, whether ``job`` runs its deployment now.
+
+    RUN: the deployment moved ``pending -> running`` (one conditional UPDATE) for the job's
+    worker. WAIT: another deployment holds the environment; the job is snoozed here, still
+    under the lock (so the one that holds it cannot finish unseen and miss waking it), and
+    the caller raises ``Snooze``. SUPERSEDED or None: there is nothing to run.
+    """
+    job_id, worker = job.pk, job.locked_by
+    with transaction.atomic():
+        deployment = Deployment.objects.select_related("project").filter(pk=deployment_id).first()
+        if deployment is None or deployment.status != S.PENDING or deployment.job_id != job_id:
+            return Claim(None, deployment)
+        lock_environment(deployment.project_id, deployment.environment)
+        deployment.refresh_from_db(fields=["status"])
+        if deployment.status != S.PENDING:
+            return Claim(None, deployment)
+        decision = policy.admit(deployment, deployment.project.concurrency_policy)
+        if decision is Decision.WAIT:
+            log_deployment("deployment.waiting", deployment)
+            job_snooze(job, seconds=wait_seconds(), reason="waiting for its environment")
+            return Claim(decision, deployment)
+        if decision is Decision.SUPERSEDED:
+            lifecycle.cancel_pending(
+                deployment, reason=FailureReason.SUPERSEDED, actor=policy.ACTOR
+            )
+            return Claim(decision, deployment)
+        running = lifecycle.start(deployment, worker=worker)
+        if running is None:
+            return Claim(None, deployment)
+        running.project = deployment.project
+        return Claim(decision, running)
+
+
+def wait_seconds() -> float:
+    """Return how long a deployment that must wait snoozes before it looks again."""
+    return conf.get().wait.total_seconds()
+
+
+def _project(project: Project | str) -> Project:
+    if isinstance(project, Project):
+        return project
+    found = Project.objects.filter(slug=project).first()
+    if found is None:
+        raise ProjectNotFound(f"no project {project!r}")
+    return found
+
+
+def _deployment(deployment_id: int) -> Deployment:
+    found = Deployment.objects.select_related("project").filter(pk=deployment_id).first()
+    if found is None:
+        raise DeploymentNotFound(f"no deployment {deployment_id}")
+    return found
+
+
+def _fingerprint(**request) -> str:
+    return hashlib.sha256(json.dumps(request, sort_keys=True).encode()).hexdigest()
+
+
+def _replay(project: Project, key: str, fingerprint: str) -> Deployment | None:
+    existing = (
+        Deployment.objects.select_related("project")
+        .filter(project=project, idempotency_key=key)
+        .first()
+    )
+    if existing is not None and existing.request_fingerprint != fingerprint:
+        raise IdempotencyConflict(f"idempotency key {key!r} was used for a different request")
+    return existing
+
+
+def _insert(project: Project, **fields) -> Deployment:
+    now = timezone.now()
+    deployment = Deployment.objects.create(
+        project=project, created_at=now, updated_at=now, **fields
+    )
+    job = enqueue(RUN_TASK, {"deployment_id": deployment.pk}, queue=RUN_QUEUE)
+    deployment.job_id = job.pk
+    Deployment.objects.filter(pk=deployment.pk).update(job_id=job.pk)
+    return deployment
+
+
+def _announce_new(deployment: Deployment) -> Deployment:
+    policy.on_create(deployment, deployment.project.concurrency_policy)
+    log_deployment("deployment.created", deployment, job_id=deployment.job_id)
+    emit("deployment.created", deployment)
+    return deployment
+
+
+def _audit(actor: str, action: str, deployment: Deployment, details: dict) -> None:
+    AuditLog.objects.create(
+        actor=actor,
+        action=action,
+        target_type="deployment",
+        target_id=str(deployment.pk),
+        details=details,
+    )

@@ -1,0 +1,37 @@
+"""The ``deployments.run`` task: fetch the job's deployment id and hand it to the runner."""
+
+from celery import shared_task
+
+from deployments.runner import pipeline
+from jobs.task import JobContext, JobTask
+
+
+# Routed to the ``deployments`` queue (project.celery task_routes; enqueue names it too).
+@shared_task(base=JobTask, name="deployments.run", job_max_attempts=1)
+def run_deployment(ctx: JobContext) -> dict:
+    """Run the deployment named in the job's payload (at most once: one attempt)."""
+    return pipeline.run(deployment_id=int(ctx.payload["deployment_id"]), ctx=ctx)
+
+
+@shared_task(name="maintenance.fetch_workspaces", ignore_result=True)
+def fetch_workspaces() -> dict:
+    """Fetch every workspace on this host (see deployments.maintenance.fetch)."""
+    from deployments.maintenance.fetch import fetch_workspaces as fetch
+
+    return vars(fetch())
+
+
+@shared_task(name="maintenance.prune_worktrees", ignore_result=True)
+def prune_worktrees() -> dict:
+    """Warn about and remove idle worktrees (see deployments.maintenance.prune)."""
+    from deployments.maintenance.prune import prune_worktrees as prune
+
+    return vars(prune())
+
+
+@shared_task(name="maintenance.purge_deployment_logs", ignore_result=True)
+def purge_deployment_logs() -> dict:
+    """Delete logs past their retention (see deployments.maintenance.purge_logs)."""
+    from deployments.maintenance.purge_logs import purge_logs
+
+    return vars(purge_logs())

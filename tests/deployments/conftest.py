@@ -1,0 +1,101 @@
+"""Fixtures for the deployments tests: projects, deployment workers, git repos, waits."""
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from deployments.models import Deployment, LogChunk, Pipeline, Project, Step
+from tests.processes import wait_until
+
+# Fast two-phase stops and short waits keep the suite quick; semantics are unchanged.
+WORKER_ENV = {"CONVEYOR_STOP_GRACE": "2s", "CONVEYOR_DEPLOYMENT_WAIT": "1s"}
+
+
+@pytest.fixture
+def make_project(transactional_db):
+    """Create a project whose pipelines are given as ``{name: [step fields, ...]}``."""
+
+    def make(slug: str = "app", *, pipelines: dict | None = None, **fields) -> Project:
+        project = Project.objects.create(slug=slug, name=slug.title(), **fields)
+        pipelines = pipelines or {"default": [{"name": "hello", "command": "echo hello"}]}
+        for name, steps in pipelines.items():
+            set_steps(Pipeline.objects.create(project=project, name=name), steps)
+        return project
+
+    return make
+
+
+def set_steps(pipeline: Pipeline, steps: list[dict]) -> None:
+    pipeline.steps.all().delete()
+    for position, step in enumerate(steps, start=1):
+        Step.objects.create(pipeline=pipeline, position=position, **step)
+
+
+@pytest.fixture
+def deploy_worker(start_worker):
+    """Start a worker on the ``deployments`` queue only (concurrency 1 unless told)."""
+
+    def start(*, concurrency: int = 1, env: dict | None = None, **kwargs):
+        return start_worker(
+            queues="deployments",
+            concurrency=concurrency,
+            env={**WORKER_ENV, **(env or {})},
+            **kwargs,
+        )
+
+    return start
+
+
+def wait_for(deployment: Deployment | int, *statuses: str, timeout: float = 60) -> Deployment:
+    """Poll until the deployment is in one of ``statuses``; return it fresh."""
+    pk = getattr(deployment, "pk", deployment)
+
+    def reached():
+        fresh = Deployment.objects.select_related("project").get(pk=pk)
+        return fresh if fresh.status in statuses else None
+
+    return wait_until(reached, timeout=timeout, message=f"deployment {pk} to be {statuses}")
+
+
+def log_bytes(deployment: Deployment) -> bytes:
+    chunks = LogChunk.objects.filter(deployment=deployment).order_by("sequence")
+    return b"".join(bytes(data) for data in chunks.values_list("data", flat=True))
+
+
+def log_text(deployment: Deployment) -> str:
+    return log_bytes(deployment).decode(errors="replace")
+
+
+def read_pids(path: Path) -> list[int]:
+    """Return the pids a step wrote to ``path`` (one per line)."""
+    if not path.exists():
+        return []
+    return [int(line) for line in path.read_text().split() if line.strip()]
+
+
+def run_git(repo: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", "-C", str(repo), *args], check=True, capture_output=True, text=True
+    ).stdout.strip()
+
+
+@pytest.fixture
+def git_repo(tmp_path):
+    """Make a real git repository with one commit on ``main``; return its path."""
+    repo = tmp_path / "origin"
+    repo.mkdir()
+    run_git(repo, "init", "--quiet", "--initial-branch=main")
+    run_git(repo, "config", "user.email", "test@example.com")
+    run_git(repo, "config", "user.name", "Test")
+    (repo / "VERSION").write_text("1\n")
+    run_git(repo, "add", "VERSION")
+    run_git(repo, "commit", "--quiet", "-m", "first")
+    return repo
+
+
+def commit(repo: Path, version: str) -> str:
+    """Commit ``version`` into VERSION; return the new commit's sha."""
+    (repo / "VERSION").write_text(f"{version}\n")
+    run_git(repo, "commit", "--quiet", "-am", f"version {version}")
+    return run_git(repo, "rev-parse", "HEAD")

@@ -1,0 +1,63 @@
+"""Secret masking over a stream cut anywhere: raw values and their base64 forms."""
+
+import base64
+import random
+
+import pytest
+
+from deployments.runner.masking import MASK, SecretMasker, base64_forms
+
+SECRET = "hunter2-is-my-password"
+
+
+def mask_in_pieces(secrets, data: bytes, cuts: list[int]) -> bytes:
+    masker = SecretMasker(secrets)
+    out, last = [], 0
+    for cut in [*sorted(cuts), len(data)]:
+        out.append(masker.feed(data[last:cut]))
+        last = cut
+    out.append(masker.flush())
+    return b"".join(out)
+
+
+def test_a_secret_is_replaced():
+    assert mask_in_pieces([SECRET], f"token={SECRET}!".encode(), []) == b"token=***!"
+
+
+def test_a_secret_split_across_every_possible_boundary_is_still_masked():
+    data = f"before {SECRET} after".encode()
+    for cut in range(len(data) + 1):
+        assert mask_in_pieces([SECRET], data, [cut]) == b"before *** after", cut
+
+
+def test_random_cuts_give_the_same_result_as_masking_at_once():
+    rng = random.Random(4)
+    secrets = [SECRET, "abcabd", "zz-top"]
+    alphabet = [SECRET.encode(), b"abcab", b"abcabd", b"zz-", b"top", b"x", b"\n", b"ab"]
+    for _ in range(300):
+        data = b"".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30)))
+        whole = mask_in_pieces(secrets, data, [])
+        cuts = [rng.randint(0, len(data)) for _ in range(rng.randint(0, 6))]
+        assert mask_in_pieces(secrets, data, cuts) == whole
+        assert SECRET.encode() not in whole and b"abcabd" not in whole
+
+
+def test_nothing_is_held_back_when_no_secret_can_start_there():
+    masker = SecretMasker([SECRET])
+    assert masker.feed(b"plain output\n") == b"plain output\n"
+    assert masker.feed(b"ends with h") == b"ends with "  # 'h' could start the secret
+    assert masker.flush() == b"h"
+
+
+@pytest.mark.parametrize("prefix", [b"", b"u", b"us", b"user:", b"ab:cd"])
+def test_base64_of_a_secret_is_masked_wherever_it_sits(prefix):
+    encoded = base64.b64encode(prefix + SECRET.encode() + b"\n")
+    masked = mask_in_pieces([SECRET], b"auth " + encoded + b"\n", [])
+    assert MASK in masked
+    assert not any(form in masked for form in base64_forms(SECRET.encode()))
+    assert encoded not in masked
+
+
+def test_no_secrets_passes_everything_through():
+    assert mask_in_pieces([], b"anything", [3]) == b"anything"
+    assert mask_in_pieces([""], b"anything", [3]) == b"anything"

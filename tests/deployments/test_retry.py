@@ -1,0 +1,40 @@
+"""Retry is a new deployment linked to the old; the steps snapshot never follows edits."""
+
+import pytest
+
+from deployments.errors import NotRetryable
+from deployments.models import Deployment
+from deployments.services import deployment_create, deployment_retry
+from tests.deployments.conftest import log_text, set_steps, wait_for
+
+
+def test_only_a_finished_deployment_can_be_retried(make_project):
+    deployment = deployment_create(project=make_project(), ref="main")
+    with pytest.raises(NotRetryable):
+        deployment_retry(deployment_id=deployment.pk, triggered_by="alice")
+    assert Deployment.objects.count() == 1
+
+
+def test_retry_lineage_and_the_snapshot_survive_a_pipeline_edit(make_project, deploy_worker):
+    project = make_project(
+        pipelines={"default": [{"name": "say", "command": "echo old-command; exit 1"}]}
+    )
+    first = deployment_create(project=project, ref="v1", params={"n": 1}, triggered_by="ci")
+    # The pipeline is edited while the deployment waits: it must still run what was asked.
+    set_steps(project.pipelines.get(name="default"), [{"name": "say", "command": "echo new"}])
+    deploy_worker()
+    first = wait_for(first, "failed", "success")
+    assert first.status == "failed" and "old-command" in log_text(first)
+
+    second = deployment_retry(deployment_id=first.pk, triggered_by="alice")
+    assert (second.retry_of_id, second.attempt, second.triggered_by) == (first.pk, 2, "alice")
+    assert second.steps == first.steps and second.params == {"n": 1} and second.ref == "v1"
+    second = wait_for(second, "failed", "success")
+    assert "old-command" in log_text(second) and "new" not in log_text(second).split()
+
+    third = wait_for(deployment_retry(deployment_id=second.pk), "failed", "success")
+    assert (third.retry_of_id, third.attempt) == (second.pk, 3)
+
+    fresh = wait_for(deployment_create(project=project, ref="v1"), "failed", "success")
+    assert fresh.status == "success" and fresh.attempt == 1 and fresh.retry_of_id is None
+    assert "new" in log_text(fresh).split()
