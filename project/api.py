@@ -2,11 +2,55 @@
 
 from ninja import NinjaAPI
 
+from deployments.api import router as deployments_router
 from jobs.api import router as jobs_router
 from jobs.auth import BearerToken
 from project import api_errors
 
-api = NinjaAPI(
+ERROR_SCHEMA = {
+    "type": "object",
+    "required": ["error"],
+    "properties": {
+        "error": {
+            "type": "object",
+            "required": ["code", "message", "details"],
+            "properties": {
+                "code": {"type": "string"},
+                "message": {"type": "string"},
+                "details": {"type": "object"},
+            },
+        }
+    },
+}
+ERROR_STATUSES = {
+    "400": "Malformed request",
+    "401": "No valid bearer token",
+    "403": "The token's scope does not allow this",
+    "404": "Not found (or not visible to this token)",
+    "405": "Method not allowed",
+    "409": "Conflicts with the object's state, or the Idempotency-Key is in flight",
+    "413": "Request body over 1 MiB",
+    "422": "Invalid or unknown field, or an Idempotency-Key reused with another body",
+}
+
+
+class ConveyorApi(NinjaAPI):
+    """NinjaAPI whose OpenAPI document also describes the one error shape on every operation."""
+
+    def get_openapi_schema(self, *args, **kwargs):
+        schema = super().get_openapi_schema(*args, **kwargs)
+        schema.setdefault("components", {}).setdefault("schemas", {})["Error"] = ERROR_SCHEMA
+        error = {
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
+        }
+        for operations in schema["paths"].values():
+            for operation in operations.values():
+                for status, description in ERROR_STATUSES.items():
+                    operation["responses"].setdefault(status, {"description": description, **error})
+        return schema
+
+
+api = ConveyorApi(
     title="Conveyor API",
     version="1",
     description="Deployments and background jobs. Send `Authorization: Bearer <token>`.",
@@ -17,3 +61,4 @@ api = NinjaAPI(
 )
 api_errors.install(api)
 api.add_router("/", jobs_router)
+api.add_router("/", deployments_router)

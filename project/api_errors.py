@@ -6,6 +6,7 @@ from django.core.exceptions import RequestDataTooBig
 from django.http import Http404
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 
+from deployments import errors as deployment_errors
 from jobs.errors import IllegalTransition, JobNotFound
 
 logger = logging.getLogger("api")
@@ -38,6 +39,17 @@ _HTTP_CODES = {
     409: "conflict",
     413: "payload_too_large",
     422: "invalid",
+}
+
+
+_DEPLOYMENT_ERRORS = {
+    deployment_errors.ProjectNotFound: (404, "not_found"),
+    deployment_errors.PipelineNotFound: (422, "invalid"),  # a field of the body names it
+    deployment_errors.DeploymentNotFound: (404, "not_found"),
+    deployment_errors.InvalidRequest: (422, "invalid"),
+    deployment_errors.IdempotencyConflict: (422, "idempotency_conflict"),
+    deployment_errors.NotRetryable: (409, "conflict"),
+    deployment_errors.NotCancellable: (409, "conflict"),
 }
 
 
@@ -83,6 +95,10 @@ def install(api) -> None:
         status = exc.status_code
         return respond(request, status, _HTTP_CODES.get(status, "error"), str(exc))
 
+    @api.exception_handler(RequestDataTooBig)
+    def on_too_big(request, exc):
+        return respond(request, 413, "payload_too_large", "the request body is over 1 MiB")
+
     @api.exception_handler(Http404)
     def on_not_found(request, exc):
         return respond(request, 404, "not_found", str(exc) or "not found")
@@ -94,6 +110,15 @@ def install(api) -> None:
     @api.exception_handler(IllegalTransition)
     def on_conflict(request, exc):
         return respond(request, 409, "conflict", str(exc))
+
+    @api.exception_handler(deployment_errors.DeploymentError)
+    def on_deployment_error(request, exc: deployment_errors.DeploymentError):
+        status, code = _DEPLOYMENT_ERRORS.get(type(exc), (422, "invalid"))
+        field = getattr(exc, "field", "") or (
+            "pipeline" if status == 422 and "pipeline" in str(exc) else ""
+        )
+        details = {"fields": [{"field": f"body.{field}", "message": str(exc)}]} if field else None
+        return respond(request, status, code, str(exc), details)
 
     @api.exception_handler(Exception)
     def on_unexpected(request, exc):

@@ -7,6 +7,7 @@ import pytest
 from django.conf import settings
 
 import tests.jobtasks  # noqa: F401 - registers the test tasks in this process too
+from deployments.models import Pipeline, Project, Step
 from tests.processes import Worker
 
 ALL_QUEUES = "default,deployments,webhooks,maintenance"
@@ -66,3 +67,42 @@ def start_worker(worker_env, purge_broker):
     yield start
     for worker in started:
         worker.stop()
+
+
+# Fast two-phase stops and short waits keep the suite quick; semantics are unchanged.
+WORKER_ENV = {"CONVEYOR_STOP_GRACE": "2s", "CONVEYOR_DEPLOYMENT_WAIT": "1s"}
+
+
+@pytest.fixture
+def make_project(transactional_db):
+    """Create a project whose pipelines are given as ``{name: [step fields, ...]}``."""
+
+    def make(slug: str = "app", *, pipelines: dict | None = None, **fields) -> Project:
+        project = Project.objects.create(slug=slug, name=slug.title(), **fields)
+        pipelines = pipelines or {"default": [{"name": "hello", "command": "echo hello"}]}
+        for name, steps in pipelines.items():
+            set_steps(Pipeline.objects.create(project=project, name=name), steps)
+        return project
+
+    return make
+
+
+def set_steps(pipeline: Pipeline, steps: list[dict]) -> None:
+    pipeline.steps.all().delete()
+    for position, step in enumerate(steps, start=1):
+        Step.objects.create(pipeline=pipeline, position=position, **step)
+
+
+@pytest.fixture
+def deploy_worker(start_worker):
+    """Start a worker on the ``deployments`` queue only (concurrency 1 unless told)."""
+
+    def start(*, concurrency: int = 1, env: dict | None = None, **kwargs):
+        return start_worker(
+            queues="deployments",
+            concurrency=concurrency,
+            env={**WORKER_ENV, **(env or {})},
+            **kwargs,
+        )
+
+    return start

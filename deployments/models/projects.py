@@ -49,6 +49,12 @@ class Project(models.Model):
     stop_grace = models.PositiveIntegerField(
         null=True, blank=True, help_text="seconds between SIGTERM and SIGKILL (default setting)"
     )
+    api_tokens = models.ManyToManyField(
+        "jobs.ApiToken",
+        blank=True,
+        related_name="projects",
+        help_text="read and deploy tokens that may use this project (admin tokens see all)",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

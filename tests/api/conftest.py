@@ -50,3 +50,16 @@ def assert_error(response, status: int, code: str | None = None) -> dict:
     if code:
         assert body["error"]["code"] == code, body
     return body["error"]
+
+
+@pytest.fixture
+def project_api(make_project):
+    """``make(scope, *projects)``: a client whose token is bound to those projects."""
+
+    def make(scope: str, *projects) -> Api:
+        token, raw = token_create(name=f"{scope}-bound", scope=scope)
+        for project in projects:
+            project.api_tokens.add(token)
+        return Api(raw)
+
+    return make

@@ -5,46 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from deployments.models import Deployment, LogChunk, Pipeline, Project, Step
+from deployments.models import Deployment, LogChunk
+from tests.conftest import set_steps  # noqa: F401 - re-exported for the tests here
 from tests.processes import wait_until
-
-# Fast two-phase stops and short waits keep the suite quick; semantics are unchanged.
-WORKER_ENV = {"CONVEYOR_STOP_GRACE": "2s", "CONVEYOR_DEPLOYMENT_WAIT": "1s"}
-
-
-@pytest.fixture
-def make_project(transactional_db):
-    """Create a project whose pipelines are given as ``{name: [step fields, ...]}``."""
-
-    def make(slug: str = "app", *, pipelines: dict | None = None, **fields) -> Project:
-        project = Project.objects.create(slug=slug, name=slug.title(), **fields)
-        pipelines = pipelines or {"default": [{"name": "hello", "command": "echo hello"}]}
-        for name, steps in pipelines.items():
-            set_steps(Pipeline.objects.create(project=project, name=name), steps)
-        return project
-
-    return make
-
-
-def set_steps(pipeline: Pipeline, steps: list[dict]) -> None:
-    pipeline.steps.all().delete()
-    for position, step in enumerate(steps, start=1):
-        Step.objects.create(pipeline=pipeline, position=position, **step)
-
-
-@pytest.fixture
-def deploy_worker(start_worker):
-    """Start a worker on the ``deployments`` queue only (concurrency 1 unless told)."""
-
-    def start(*, concurrency: int = 1, env: dict | None = None, **kwargs):
-        return start_worker(
-            queues="deployments",
-            concurrency=concurrency,
-            env={**WORKER_ENV, **(env or {})},
-            **kwargs,
-        )
-
-    return start
 
 
 def wait_for(deployment: Deployment | int, *statuses: str, timeout: float = 60) -> Deployment:

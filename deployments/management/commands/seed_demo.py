@@ -6,7 +6,10 @@ from django.core.management.base import BaseCommand
 from django.db import transaction
 
 from deployments.demo import DEMO_PROJECTS
+from deployments.models import Project
 from deployments.projects_as_code import apply_document
+from jobs.models import TokenScope
+from jobs.tokens import token_authenticate, token_create
 from project import env
 
 
@@ -20,6 +23,18 @@ def demo_admin_password() -> tuple[str, str]:
         kept.write_text(secrets.token_urlsafe(12))
         kept.chmod(0o600)
     return kept.read_text().strip(), f"generated, kept in {kept}"
+
+
+def demo_token() -> str:
+    """Return the demo project's deploy token, creating it once and keeping it in var/."""
+    kept = settings.VAR_DIR / "demo-token"
+    if kept.exists() and token_authenticate(kept.read_text().strip()) is not None:
+        return kept.read_text().strip()
+    token, raw = token_create(name="demo", scope=TokenScope.DEPLOY, created_by="seed_demo")
+    Project.objects.get(slug="demo").api_tokens.add(token)
+    kept.write_text(raw)
+    kept.chmod(0o600)
+    return raw
 
 
 class Command(BaseCommand):
@@ -41,7 +56,17 @@ class Command(BaseCommand):
             f"({result.created} created, {result.updated} updated, {result.unchanged} unchanged)"
         )
         port = env.string("PORT", "8000")
+        token = demo_token()
         self.stdout.write(
             f"Admin:    http://127.0.0.1:{port}/admin/  (user admin, password {password}; {source})"
         )
-        self.stdout.write(f"API:      http://127.0.0.1:{port}/api/v1/")
+        self.stdout.write(f"API:      http://127.0.0.1:{port}/api/v1/  (docs: /api/v1/docs)")
+        self.stdout.write(
+            f"Token:    {token}  (deploy scope, project demo; kept in var/demo-token)"
+        )
+        self.stdout.write(
+            "Try:      curl -s -X POST "
+            f"http://127.0.0.1:{port}/api/v1/projects/demo/deployments "
+            f"-H 'Authorization: Bearer {token}' -H 'Content-Type: application/json' "
+            """-d '{"ref": "main", "pipeline": "default"}'"""
+        )

@@ -1,0 +1,229 @@
+"""REST endpoints for CI: trigger, read, list, retry and cancel deployments; tail their logs."""
+
+import time
+from datetime import datetime
+
+from django.http import HttpRequest, HttpResponse
+from ninja import Field, Query, Router, Schema, Status
+from pydantic import ConfigDict
+
+from deployments import selectors, services
+from deployments.errors import DeploymentNotFound
+from deployments.models import FINISHED, Deployment, DeploymentStatus, Project
+from jobs.auth import actor, require_scope
+from jobs.idempotency import IdempotencyConflict, run_once
+from jobs.models import ApiToken, TokenScope
+from project.api_errors import ApiError
+from project.pagination import DEFAULT_LIMIT, MAX_LIMIT, paginate
+
+router = Router(tags=["deployments"])
+MAX_WAIT_SECONDS = 30
+POLL_INTERVAL = 0.5
+MAX_LOG_BYTES = 1024 * 1024
+
+
+class TriggerIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    ref: str = Field(..., min_length=1, max_length=255, description="branch, tag or commit")
+    environment: str | None = Field(None, max_length=100)
+    pipeline: str | None = Field(None, max_length=100)
+    params: dict[str, str | int | float | bool | None] = Field(default_factory=dict)
+
+
+class DeploymentOut(Schema):
+    id: int
+    project: str
+    environment: str
+    ref: str
+    commit_sha: str | None
+    status: DeploymentStatus
+    failure_reason: str | None
+    retry_of: int | None
+    attempt: int
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    pipeline: str
+    params: dict
+    triggered_by: str
+
+
+class LogsOut(Schema):
+    text: str
+    next_offset: int
+    complete: bool
+
+
+class ListFilters(Schema):
+    status: DeploymentStatus | None = None
+    environment: str | None = Field(None, max_length=100)
+    limit: int = Field(DEFAULT_LIMIT, ge=1, le=MAX_LIMIT)
+    before: int | None = Field(None, ge=1)
+
+
+class WaitQuery(Schema):
+    wait: float = Field(
+        0, ge=0, le=MAX_WAIT_SECONDS, description="long-poll up to this many seconds"
+    )
+
+
+class LogsQuery(WaitQuery):
+    offset: int = Field(0, ge=0)
+    limit: int = Field(MAX_LOG_BYTES, ge=1, le=MAX_LOG_BYTES)
+
+
+def visible_project(request: HttpRequest, slug: str) -> Project:
+    """Return the project if this token may see it; 404 otherwise (never reveal it exists)."""
+    token: ApiToken = request.auth
+    projects = Project.objects.all()
+    if not token.allows(TokenScope.ADMIN):
+        projects = projects.filter(api_tokens=token)
+    found = projects.filter(slug=slug).first()
+    if found is None:
+        raise ApiError(404, "not_found", f"no project {slug!r}")
+    return found
+
+
+def visible_deployment(request: HttpRequest, deployment_id: int) -> Deployment:
+    try:
+        deployment = selectors.deployment_get(deployment_id=deployment_id)
+    except DeploymentNotFound:
+        raise ApiError(404, "not_found", f"no deployment {deployment_id}") from None
+    visible_project(request, deployment.project.slug)
+    return deployment
+
+
+def as_json(deployment: Deployment) -> dict:
+    return DeploymentOut.model_validate(selectors.deployment_as_dict(deployment)).model_dump(
+        mode="json"
+    )
+
+
+@router.post(
+    "/projects/{slug}/deployments",
+    response={201: DeploymentOut},
+    summary="Trigger a deployment (send an Idempotency-Key to make retries safe)",
+)
+def trigger(request: HttpRequest, response: HttpResponse, slug: str, payload: TriggerIn):
+    require_scope(request, TokenScope.DEPLOY)
+    project = visible_project(request, slug)
+    key = request.headers.get("Idempotency-Key")
+
+    def create() -> tuple[int, dict]:
+        deployment = services.deployment_create(
+            project=project,
+            ref=payload.ref,
+            environment=payload.environment,
+            pipeline=payload.pipeline,
+            params=payload.params,
+            triggered_by=actor(request),
+            idempotency_key=key,
+        )
+        return 201, as_json(deployment)
+
+    if key is None:
+        status, body = create()
+    else:
+        try:
+            status, body, replayed = run_once(
+                token=request.auth, key=key, path=request.path, body=request.body, handler=create
+            )
+        except IdempotencyConflict as exc:
+            raise ApiError(exc.status, "idempotency_conflict", str(exc)) from None
+        if replayed:
+            response["Idempotent-Replayed"] = "true"
+    response["Location"] = f"/api/v1/deployments/{body['id']}"
+    return Status(status, body)
+
+
+@router.get(
+    "/projects/{slug}/deployments",
+    response=list[DeploymentOut],
+    summary="List a project's deployments",
+)
+def list_deployments(
+    request: HttpRequest, response: HttpResponse, slug: str, filters: Query[ListFilters]
+):
+    require_scope(request, TokenScope.READ)
+    project = visible_project(request, slug)
+    deployments = Deployment.objects.select_related("project").filter(project=project)
+    if filters.status:
+        deployments = deployments.filter(status=filters.status)
+    if filters.environment:
+        deployments = deployments.filter(environment=filters.environment)
+    rows = paginate(request, response, deployments, limit=filters.limit, before=filters.before)
+    return [selectors.deployment_as_dict(d) for d in rows]
+
+
+def _wait_for(check, seconds: float):
+    """Call ``check`` until it returns something truthy or ``seconds`` pass; return the last."""
+    deadline = time.monotonic() + seconds
+    while True:
+        value = check()
+        if value or time.monotonic() >= deadline:
+            return value
+        time.sleep(POLL_INTERVAL)
+
+
+@router.get(
+    "/deployments/{int:deployment_id}",
+    response=DeploymentOut,
+    summary="One deployment; with wait=N, hold until it finishes or N seconds pass",
+)
+def get_deployment(request: HttpRequest, deployment_id: int, query: Query[WaitQuery]):
+    require_scope(request, TokenScope.READ)
+    deployment = visible_deployment(request, deployment_id)
+    if query.wait and deployment.status not in FINISHED:
+        _wait_for(
+            lambda: Deployment.objects.filter(pk=deployment.pk, status__in=FINISHED).exists(),
+            query.wait,
+        )
+        deployment = selectors.deployment_get(deployment_id=deployment_id)
+    return selectors.deployment_as_dict(deployment)
+
+
+@router.get(
+    "/deployments/{int:deployment_id}/logs",
+    response=LogsOut,
+    summary="Log text from byte offset; with wait=N, hold until there is more or N seconds pass",
+)
+def get_logs(request: HttpRequest, deployment_id: int, query: Query[LogsQuery]):
+    require_scope(request, TokenScope.READ)
+    deployment = visible_deployment(request, deployment_id)
+
+    def read():
+        chunk = selectors.deployment_logs(
+            deployment=deployment, offset=query.offset, limit_bytes=query.limit
+        )
+        return chunk if chunk["text"] or chunk["complete"] else None
+
+    found = _wait_for(read, query.wait) if query.wait else read()
+    return found or selectors.deployment_logs(
+        deployment=deployment, offset=query.offset, limit_bytes=query.limit
+    )
+
+
+@router.post(
+    "/deployments/{int:deployment_id}/retry",
+    response={201: DeploymentOut},
+    summary="Run a finished deployment again, as a new deployment linked by retry_of",
+)
+def retry(request: HttpRequest, response: HttpResponse, deployment_id: int):
+    require_scope(request, TokenScope.DEPLOY)
+    visible_deployment(request, deployment_id)
+    new = services.deployment_retry(deployment_id=deployment_id, triggered_by=actor(request))
+    response["Location"] = f"/api/v1/deployments/{new.pk}"
+    return Status(201, selectors.deployment_as_dict(new))
+
+
+@router.post(
+    "/deployments/{int:deployment_id}/cancel",
+    response={202: DeploymentOut},
+    summary="Cancel: a pending deployment at once, a running one after its steps stop",
+)
+def cancel(request: HttpRequest, deployment_id: int):
+    require_scope(request, TokenScope.DEPLOY)
+    visible_deployment(request, deployment_id)
+    deployment = services.deployment_cancel(deployment_id=deployment_id, actor=actor(request))
+    return Status(202, selectors.deployment_as_dict(deployment))

@@ -1,0 +1,60 @@
+from datetime import timedelta
+
+from django.core.management.base import BaseCommand, CommandError
+from django.db import transaction
+from django.utils import timezone
+
+from deployments.models import Project
+from jobs.models import TokenScope
+from jobs.tokens import token_create
+from project.env import parse_duration
+
+
+class Command(BaseCommand):
+    help = "Create an API token and print it once, alone on the last line."
+
+    def add_arguments(self, parser):
+        parser.add_argument(
+            "--project",
+            action="append",
+            default=[],
+            metavar="SLUG",
+            help="a project the token may use (repeat for several; not needed for admin)",
+        )
+        parser.add_argument("--scope", choices=TokenScope.values, default=TokenScope.DEPLOY)
+        parser.add_argument(
+            "--name", default="", help="what the token is for (default: scope and projects)"
+        )
+        parser.add_argument(
+            "--expires-in", default="", metavar="DURATION", help="e.g. 90d; default: never"
+        )
+
+    @transaction.atomic
+    def handle(self, *args, project, scope, name, expires_in, **options):
+        projects = list(Project.objects.filter(slug__in=project))
+        missing = sorted(set(project) - {p.slug for p in projects})
+        if missing:
+            raise CommandError(f"no such project: {', '.join(missing)}")
+        if scope != TokenScope.ADMIN and not projects:
+            raise CommandError(f"a {scope} token needs at least one --project")
+        expires_at = None
+        if expires_in:
+            try:
+                expires_at = timezone.now() + parse_duration(expires_in)
+            except ValueError as exc:
+                raise CommandError(f"--expires-in: {exc}") from None
+            if expires_at <= timezone.now() + timedelta(seconds=1):
+                raise CommandError("--expires-in must be positive")
+        token, raw = token_create(
+            name=name or f"{scope}:{','.join(project) or 'all'}",
+            scope=scope,
+            expires_at=expires_at,
+            created_by="manage.py create_api_token",
+        )
+        for found in projects:
+            found.api_tokens.add(token)
+        self.stdout.write(
+            f"Created {scope} token {token.prefix}… ({token.name}) for "
+            f"{', '.join(project) or 'every project'}; it is not shown again:"
+        )
+        self.stdout.write(raw)
