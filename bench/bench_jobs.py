@@ -60,7 +60,7 @@ def main() -> dict:
             time.sleep(0.05)
         job_seconds = time.perf_counter() - started
     finally:
-        harness.stop(worker)
+        worker.stop()
     Job.objects.all().delete()
 
     with app.connection_for_write() as conn:

@@ -4,8 +4,9 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
+
+from tests.processes import Worker
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICK = os.environ.get("BENCH_QUICK", "") not in ("", "0")
@@ -44,52 +45,15 @@ def prepare_database() -> None:
         conn.execute("TRUNCATE jobs_job, jobs_auditlog, django_celery_results_taskresult")
 
 
-def start_worker(
-    env: dict, *, concurrency: int, queues: str = "default", name: str = "bench"
-) -> subprocess.Popen:
-    command = [
-        sys.executable,
-        "-m",
-        "celery",
-        "-A",
-        "project",
-        "worker",
-        "--queues",
-        queues,
-        "--concurrency",
-        str(concurrency),
-        "--hostname",
-        f"{name}@%h",
-        "--include",
-        "bench.tasks",
-        "--loglevel",
-        "INFO",
-        "--without-gossip",
-        "--without-mingle",
-        "--without-heartbeat",
-    ]
-    log = open(ROOT / "var" / "bench" / f"{name}.log", "wb")  # noqa: SIM115 - lives as long as the worker
-    process = subprocess.Popen(
-        command,
-        cwd=ROOT,
-        env={**env, "CONVEYOR_LOG_LEVEL": "INFO"},
-        stdout=log,
-        stderr=subprocess.STDOUT,
+def start_worker(env: dict, *, concurrency: int, queues: str = "default") -> Worker:
+    """Start a real ``celery worker`` that also knows the benchmark's own tasks."""
+    return Worker(
+        {**env, "CONVEYOR_LOG_LEVEL": "INFO"},
+        queues=queues,
+        concurrency=concurrency,
+        name="bench",
+        include="tests.jobtasks,bench.tasks",
     )
-    deadline = time.monotonic() + 60
-    while b"ready." not in (ROOT / "var" / "bench" / f"{name}.log").read_bytes():
-        if time.monotonic() > deadline or process.poll() is not None:
-            raise RuntimeError("the benchmark worker did not start")
-        time.sleep(0.2)
-    return process
-
-
-def stop(process: subprocess.Popen) -> None:
-    process.terminate()
-    try:
-        process.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        process.kill()
 
 
 def record(name: str, results: dict) -> None:

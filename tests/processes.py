@@ -82,6 +82,7 @@ class Worker:
         queues: str,
         concurrency: int,
         name: str | None = None,
+        include: str = "tests.jobtasks",
         extra_args: tuple[str, ...] = (),
     ) -> None:
         self.name = name or f"test-{uuid.uuid4().hex[:8]}"
@@ -100,7 +101,7 @@ class Worker:
             "--hostname",
             f"{self.name}@%h",
             "--include",
-            "tests.jobtasks",
+            include,
             "--loglevel",
             "INFO",
             "--without-gossip",
