@@ -1,8 +1,11 @@
 """Conveyor on its embedded defaults (SQLite + filesystem broker) and on PostgreSQL + Redis."""
 
+import json
 import os
+import re
 import signal
 import subprocess
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -73,61 +76,85 @@ def test_a_worker_on_the_embedded_defaults_runs_a_task_and_a_job(tmp_path):
     assert (tmp_path / "var" / "conveyor.sqlite3").exists()
 
 
+def http(port: int, path: str, *, token: str | None = None, body: dict | None = None):
+    """Return (status, parsed body) or None while nothing answers."""
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            raw = response.read()
+            return response.status, json.loads(raw) if "json" in response.headers[
+                "Content-Type"
+            ] else raw
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+    except OSError:
+        return None
+
+
 @pytest.mark.slow
-def test_the_make_run_stack_serves_and_stops_cleanly(tmp_path):
+def test_make_run_serves_deploys_and_stops_cleanly(tmp_path):
+    """``make run`` on the embedded defaults: health, admin, a real deployment, Ctrl-C."""
     env = embedded_env(tmp_path)
     port = free_port()
     env["PORT"] = str(port)
-    manage(env, "migrate", "--noinput")
-    manage(env, "setup_periodic_tasks")
-    seeded = manage(env, "seed_demo")
-    assert "user admin, password pw-for-tests" in seeded.stdout
-    log = (tmp_path / "honcho.log").open("wb")
-    stack = subprocess.Popen(
-        [str(ROOT / ".venv/bin/honcho"), "start", "-f", "scripts/Procfile", "-d", str(ROOT)],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    try:
-
-        def get(path):
-            try:
-                with urllib.request.urlopen(
-                    f"http://127.0.0.1:{port}{path}", timeout=5
-                ) as response:
-                    return response.status, response.read()
-            except OSError:
-                return None
-
-        status, body = wait_until(
-            lambda: get("/healthz"), timeout=90, interval=0.5, message="/healthz"
+    log_path = tmp_path / "make-run.log"
+    with log_path.open("wb") as log:
+        stack = subprocess.Popen(
+            ["make", "run"],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
-        assert status == 200 and b'"database": "ok"' in body and b'"broker": "ok"' in body
+    try:
         status, body = wait_until(
-            lambda: get("/admin/login/"), timeout=30, message="the admin login"
+            lambda: http(port, "/healthz"), timeout=180, interval=0.5, message="/healthz"
+        )
+        assert status == 200 and body == {"database": "ok", "broker": "ok"}
+        output = log_path.read_text()
+        assert f"http://127.0.0.1:{port}/admin/  (user admin, password pw-for-tests" in output
+        token = re.search(r"Token:\s+(cvy_\S+)", output).group(1)
+        assert f"curl -s -X POST http://127.0.0.1:{port}/api/v1/projects/demo/deployments" in output
+        status, body = wait_until(
+            lambda: http(port, "/admin/login/"), timeout=30, message="the admin login"
         )
         assert status == 200 and b'name="password"' in body
         wait_until(
-            lambda: "ready." in (tmp_path / "honcho.log").read_text(),
-            timeout=60,
-            message="worker ready",
+            lambda: "beat: Starting" in log_path.read_text(), timeout=60, message="beat started"
         )
-        wait_until(
-            lambda: "beat: Starting" in (tmp_path / "honcho.log").read_text(),
-            timeout=60,
-            message="beat started",
+
+        status, created = http(
+            port,
+            "/api/v1/projects/demo/deployments",
+            token=token,
+            body={"ref": "main", "pipeline": "default"},
         )
+        assert status == 201, created
+
+        def finished():
+            answer = http(port, f"/api/v1/deployments/{created['id']}?wait=5", token=token)
+            return (
+                answer[1]
+                if answer and answer[1]["status"] in ("success", "failed", "cancelled")
+                else None
+            )
+
+        final = wait_until(
+            finished, timeout=120, interval=0.5, message="the demo deployment to finish"
+        )
+        assert final["status"] == "success", final
         tree = process_tree(stack.pid)
-        commands = {Path(f"/proc/{pid}/cmdline").read_bytes() for pid in tree}
+        commands = {Path(f"/proc/{pid}/cmdline").read_bytes() for pid in tree if alive(pid)}
         for program in (b"gunicorn", b"worker", b"beat"):
             assert any(program in command for command in commands), program
     finally:
-        stack.send_signal(signal.SIGINT)
+        os.killpg(stack.pid, signal.SIGINT)  # what Ctrl-C in the terminal sends
         stack.wait(timeout=60)
-        log.close()
     wait_until(
         lambda: not [pid for pid in tree if alive(pid)], timeout=30, message="every process to exit"
     )
