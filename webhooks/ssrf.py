@@ -72,8 +72,8 @@ def address_kind(ip: Address) -> str | None:
         ("loopback", ip.is_loopback),
         ("link-local", ip.is_link_local),
         ("multicast", ip.is_multicast),
-        ("private", ip.is_private),
         ("reserved", ip.is_reserved),
+        ("private", ip.is_private),
         ("non-public", not ip.is_global),
     ):
         if flag:

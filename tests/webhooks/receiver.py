@@ -1,6 +1,7 @@
 """A real HTTP receiver on 127.0.0.1 for the tests, answering from a script per path."""
 
 import contextlib
+import ssl
 import threading
 import time
 from collections import defaultdict, deque
@@ -67,14 +68,21 @@ class _Server(ThreadingHTTPServer):
 class Receiver:
     """Serve POSTs on a free port; each path answers its scripted replies, then ``default``."""
 
-    def __init__(self, default: Reply | None = None) -> None:
+    def __init__(self, default: Reply | None = None, *, tls: tuple[str, str] | None = None) -> None:
         self.default = default or Reply()
         self.requests: list[Received] = []
+        self.server_names: list[str | None] = []  # the TLS SNI of each handshake
         self.stopping = threading.Event()
         self._scripts: dict[str, deque[Reply]] = defaultdict(deque)
         self._lock = threading.Lock()
         self._server = _Server(("127.0.0.1", 0), _Handler)
         self._server.receiver = self
+        if tls is not None:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(*tls)
+            context.sni_callback = lambda sock, name, ctx: self.server_names.append(name)
+            self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
+        self.scheme = "https" if tls else "http"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
 
@@ -83,7 +91,7 @@ class Receiver:
         return self._server.server_address[1]
 
     def url(self, path: str = "/hook") -> str:
-        return f"http://127.0.0.1:{self.port}{path}"
+        return f"{self.scheme}://127.0.0.1:{self.port}{path}"
 
     def script(self, path: str, *replies: Reply) -> None:
         """Answer the next requests to ``path`` with ``replies``, in order."""
