@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-import certifi
+from requests.certs import where as default_ca_bundle
 from urllib3 import HTTPConnectionPool, HTTPSConnectionPool, Timeout
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.exceptions import (
@@ -120,7 +120,7 @@ def _pool(target: Target, address: Address, ca_certs: str | None) -> HTTPConnect
             target.host,
             target.port,
             cert_reqs="CERT_REQUIRED",
-            ca_certs=ca_certs or certifi.where(),
+            ca_certs=ca_certs or default_ca_bundle(),
             **options,
         )
     else:

@@ -1,0 +1,1 @@
+"""Reproducible benchmarks: ``make bench`` (``BENCH_QUICK=1`` for a short run)."""
