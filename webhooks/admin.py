@@ -93,6 +93,13 @@ class EndpointAdmin(admin.ModelAdmin):
             return
         obj.refresh_from_db()
 
+    def delete_model(self, request, obj) -> None:
+        services.endpoint_delete(endpoint_id=obj.pk, actor=_actor(request))
+
+    def delete_queryset(self, request, queryset) -> None:
+        for endpoint in queryset:
+            services.endpoint_delete(endpoint_id=endpoint.pk, actor=_actor(request))
+
     @admin.action(description="Enable selected endpoints")
     def enable(self, request, queryset):
         _run(

@@ -251,7 +251,7 @@ def delivery_replay(*, delivery_id: int, actor: str) -> Delivery:
             raise DeliveryConflict(f"delivery {delivery_id} is still being delivered")
         if not stuck:
             delivery_move(Q(pk=delivery.pk), S.PENDING, from_=REPLAYABLE)
-        Delivery.objects.filter(pk=delivery.pk).update(replays=F("replays") + 1)
+        Delivery.objects.filter(pk=delivery.pk).update(replays=F("replays") + 1, delivered_at=None)
         enqueue_deliveries([delivery])
         _audit(actor, "webhook.delivery_replay", "webhook_delivery", delivery.pk)
     delivery.refresh_from_db()

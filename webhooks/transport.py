@@ -8,6 +8,7 @@ connections are reused without ever reaching an address that was not checked.
 
 import contextlib
 import socket
+import threading
 import time
 import tomllib
 from collections import OrderedDict
@@ -106,30 +107,33 @@ class PinnedHTTPSConnectionPool(HTTPSConnectionPool):
 
 
 _pools: OrderedDict[tuple, HTTPConnectionPool] = OrderedDict()
+_pools_lock = threading.Lock()
 
 
 def _pool(target: Target, address: Address, ca_certs: str | None) -> HTTPConnectionPool:
+    """Return this process's pool for (target, checked address), creating it if needed."""
     key = (target.scheme, target.host, target.port, str(address), ca_certs)
-    pool = _pools.get(key)
-    if pool is not None:
-        _pools.move_to_end(key)
+    with _pools_lock:
+        pool = _pools.get(key)
+        if pool is not None:
+            _pools.move_to_end(key)
+            return pool
+        options = {"maxsize": 4, "block": False, "retries": False, "pinned_address": str(address)}
+        if target.scheme == "https":
+            pool = PinnedHTTPSConnectionPool(
+                target.host,
+                target.port,
+                cert_reqs="CERT_REQUIRED",
+                ca_certs=ca_certs or default_ca_bundle(),
+                **options,
+            )
+        else:
+            pool = PinnedHTTPConnectionPool(target.host, target.port, **options)
+        _pools[key] = pool
+        while len(_pools) > MAX_POOLS:
+            _, evicted = _pools.popitem(last=False)
+            evicted.close()
         return pool
-    options = {"maxsize": 4, "block": False, "retries": False, "pinned_address": str(address)}
-    if target.scheme == "https":
-        pool = PinnedHTTPSConnectionPool(
-            target.host,
-            target.port,
-            cert_reqs="CERT_REQUIRED",
-            ca_certs=ca_certs or default_ca_bundle(),
-            **options,
-        )
-    else:
-        pool = PinnedHTTPConnectionPool(target.host, target.port, **options)
-    _pools[key] = pool
-    while len(_pools) > MAX_POOLS:
-        _, evicted = _pools.popitem(last=False)
-        evicted.close()
-    return pool
 
 
 def post(
@@ -216,5 +220,6 @@ def _describe(exc: HTTPError, target: Target, address: Address) -> str:
 
 def close_all() -> None:
     """Close every pooled connection of this process."""
-    while _pools:
-        _pools.popitem()[1].close()
+    with _pools_lock:
+        while _pools:
+            _pools.popitem()[1].close()

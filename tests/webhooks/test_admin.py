@@ -6,6 +6,7 @@ from django.db.models import Q
 from django.urls import reverse
 from django.utils import timezone
 
+from jobs.models import AuditLog
 from jobs.services import job_bury, job_claim
 from webhooks import notify, services
 from webhooks.models import Delivery, DeliveryAttempt, DeliveryStatus, Endpoint
@@ -126,3 +127,9 @@ def test_replay_actions(admin_client, endpoint):
     )
     assert "Replayed 1 delivery(ies)." in texts(response)
     assert Delivery.objects.get(pk=second.pk).status == DeliveryStatus.PENDING
+
+
+def test_deleting_an_endpoint_goes_through_the_service(admin_client, endpoint):
+    action(admin_client, "endpoint", "delete_selected", [endpoint.pk], post="yes")
+    assert not Endpoint.objects.exists()
+    assert AuditLog.objects.filter(action="webhook.endpoint_delete", actor="admin").count() == 1
