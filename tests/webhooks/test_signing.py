@@ -2,6 +2,7 @@
 
 import base64
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -84,3 +85,16 @@ def test_the_previous_secret_signs_until_it_expires_and_not_after():
     assert active_secrets(endpoint, now) == ["whsec_new"]
     endpoint.previous_secret = ""
     assert active_secrets(endpoint, now - timedelta(hours=1)) == ["whsec_new"]
+
+
+def test_the_example_request_in_the_docs_verifies_both_ways():
+    text = (Path(__file__).resolve().parents[2] / "docs" / "webhooks.md").read_text()
+    block = text.split("## The request", 1)[1].split("```", 2)[1]
+    head, body = block.strip("\n").split("\n\n", 1)
+    headers = dict(line.split(": ", 1) for line in head.splitlines()[1:])
+    secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+    timestamp = int(headers["webhook-timestamp"])
+    assert headers["webhook-signature"] == standard_signature(
+        secret, message_id=headers["webhook-id"], timestamp=timestamp, body=body.encode()
+    )
+    assert seed_verify(secret, headers, body.encode())
