@@ -7,7 +7,8 @@ keep-alive), in the same run:
 * **conveyor**: ``notify()`` writes N events in one transaction (one delivery job each); a
   real ``celery worker`` (``BENCH_CONCURRENCY``, default 2 processes) claims, signs, posts,
   records each attempt and completes each job. The clock runs from the commit to the last
-  delivery marked ``delivered``.
+  delivery marked ``delivered``. If deliveries stall for 15 s the sweeper runs once, as
+  beat would in production, and ``swept`` counts the jobs it re-sent (normally 0).
 
 The ratio is conveyor / baseline deliveries per second. Settings (environment):
 ``BENCH_DATABASE_URL`` (postgres://postgres@127.0.0.1:5432/conveyor_bench),
@@ -35,6 +36,9 @@ DATABASE_URL = os.environ.get(
     "BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/conveyor_bench"
 )
 REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/9")
+# No delivery for this long: run the sweeper once, as beat would (it re-sends jobs that are
+# due for longer than CONVEYOR_SWEEPER_GRACE but were never claimed, e.g. a lost publish).
+STALL_SECONDS = 15
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -148,6 +152,7 @@ def conveyor(url: str) -> dict:
     """Deliver EVENTS events through notify() and a real worker; return the timings."""
     from django.db import transaction
 
+    from jobs.maintenance.sweeper import sweep
     from webhooks import notify, services
     from webhooks.models import Delivery, DeliveryStatus
 
@@ -156,16 +161,43 @@ def conveyor(url: str) -> dict:
     with transaction.atomic():
         events = [notify("deployment.succeeded", {"deployment": n}) for n in range(EVENTS)]
     committed = time.perf_counter()
-    deadline = committed + 600
-    while Delivery.objects.filter(status=DeliveryStatus.DELIVERED).count() < EVENTS:
-        if time.perf_counter() > deadline:
-            raise SystemExit("deliveries did not finish within 10 minutes")
+    deadline, delivered, progress_at, swept = committed + 300, 0, committed, 0
+    while delivered < EVENTS:
+        now = time.perf_counter()
+        if now > deadline:
+            raise SystemExit(f"deliveries did not finish within 5 minutes: {stuck()}")
+        if now - progress_at > STALL_SECONDS:  # what beat's sweeper does in production
+            swept += sweep().republished
+            progress_at = now
         time.sleep(0.05)
+        count = Delivery.objects.filter(status=DeliveryStatus.DELIVERED).count()
+        delivered, progress_at = count, (time.perf_counter() if count > delivered else progress_at)
     done = time.perf_counter()
     return {
         "bodies": [e.body.encode() for e in events],
         "notify_seconds": committed - started,
         "deliver_seconds": done - committed,
+        "swept": swept,
+    }
+
+
+def stuck() -> dict:
+    """Describe the deliveries and jobs that did not finish, for a failed run."""
+    from django.db.models import Count
+
+    from jobs.models import Job
+    from webhooks.models import Delivery
+
+    return {
+        "deliveries": dict(Delivery.objects.values_list("status").annotate(n=Count("pk"))),
+        "jobs": dict(
+            Job.objects.filter(task="webhooks.deliver")
+            .values_list("status")
+            .annotate(n=Count("pk"))
+        ),
+        "errors": list(
+            Delivery.objects.exclude(last_error="").values_list("last_error", flat=True)[:5]
+        ),
     }
 
 
@@ -189,6 +221,7 @@ def main() -> None:
             "baseline_posts_per_s": round(EVENTS / base_seconds, 1),
             "notify_events_per_s": round(EVENTS / run["notify_seconds"], 1),
             "received": receiver.count,
+            "swept": run["swept"],
         }
         result["ratio"] = round(
             result["conveyor_deliveries_per_s"] / result["baseline_posts_per_s"], 3
