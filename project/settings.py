@@ -200,6 +200,12 @@ CONVEYOR_WEBHOOK_TIMEOUT = env.duration("CONVEYOR_WEBHOOK_TIMEOUT", "10s")
 CONVEYOR_WEBHOOK_MAX_ATTEMPTS = env.integer("CONVEYOR_WEBHOOK_MAX_ATTEMPTS", 6, minimum=1)
 CONVEYOR_WEBHOOK_DISABLE_AFTER = env.integer("CONVEYOR_WEBHOOK_DISABLE_AFTER", 10, minimum=1)
 CONVEYOR_WEBHOOKS_ALLOW_PRIVATE = env.boolean("CONVEYOR_WEBHOOKS_ALLOW_PRIVATE", False)
+# Comma-separated CIDRs a webhook may reach even when they are private (e.g. 10.1.0.0/16).
+CONVEYOR_WEBHOOKS_ALLOWED_NETWORKS = env.string("CONVEYOR_WEBHOOKS_ALLOWED_NETWORKS", "")
+# Delivery retries: Celery backoff factor and cap (full jitter), and the cap on Retry-After.
+CONVEYOR_WEBHOOK_BACKOFF = env.duration("CONVEYOR_WEBHOOK_BACKOFF", "30s")
+CONVEYOR_WEBHOOK_BACKOFF_MAX = env.duration("CONVEYOR_WEBHOOK_BACKOFF_MAX", "15m")
+CONVEYOR_WEBHOOK_RETRY_AFTER_MAX = env.duration("CONVEYOR_WEBHOOK_RETRY_AFTER_MAX", "15m")
 CONVEYOR_WORKSPACES_DIR = Path(env.string("CONVEYOR_WORKSPACES_DIR", str(VAR_DIR / "workspaces")))
 
 # --- Logging: one JSON object per line on stdout -----------------------------------------

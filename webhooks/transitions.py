@@ -1,0 +1,30 @@
+"""The one place a Delivery changes status: a conditional UPDATE guarded by TRANSITIONS."""
+
+from collections.abc import Iterable
+
+from django.db.models import Q
+from django.utils import timezone
+
+from webhooks.errors import DeliveryConflict
+from webhooks.models import TRANSITIONS, Delivery, DeliveryStatus
+
+
+def sources_of(to: str) -> frozenset[str]:
+    """Return every status from which ``to`` may be reached."""
+    return frozenset(src for src, targets in TRANSITIONS.items() if to in targets)
+
+
+def delivery_move(
+    where: Q, to: DeliveryStatus, *, from_: Iterable[str] | None = None, **changes
+) -> int:
+    """Move the deliveries matching ``where`` to ``to``; return how many moved.
+
+    ``from_`` narrows the allowed sources; naming one TRANSITIONS does not allow raises
+    DeliveryConflict. Zero means a lost race or a move the current status does not allow.
+    """
+    allowed = sources_of(to)
+    sources = allowed if from_ is None else frozenset(from_)
+    if not sources or not sources <= allowed:
+        raise DeliveryConflict(f"{sorted(sources - allowed)} -> {to} is not allowed")
+    changes.setdefault("updated_at", timezone.now())
+    return Delivery.objects.filter(where, status__in=sources).update(status=to, **changes)
