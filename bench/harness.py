@@ -42,7 +42,7 @@ def prepare_database() -> None:
         [sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT, check=True
     )
     with psycopg.connect(DATABASE_URL, autocommit=True) as conn:
-        conn.execute("TRUNCATE jobs_job, jobs_auditlog, django_celery_results_taskresult")
+        conn.execute("TRUNCATE jobs_job, jobs_auditlog, django_celery_results_taskresult CASCADE")
 
 
 def start_worker(env: dict, *, concurrency: int, queues: str = "default") -> Worker:
