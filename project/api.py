@@ -6,6 +6,7 @@ from deployments.api import router as deployments_router
 from jobs.api import router as jobs_router
 from jobs.auth import BearerToken
 from project import api_errors
+from webhooks.api import router as webhooks_router
 
 ERROR_SCHEMA = {
     "type": "object",
@@ -62,3 +63,4 @@ api = ConveyorApi(
 api_errors.install(api)
 api.add_router("/", jobs_router)
 api.add_router("/", deployments_router)
+api.add_router("/", webhooks_router)

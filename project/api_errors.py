@@ -8,6 +8,7 @@ from ninja.errors import AuthenticationError, HttpError, ValidationError
 
 from deployments import errors as deployment_errors
 from jobs.errors import IllegalTransition, JobNotFound
+from webhooks.errors import WebhookError
 
 logger = logging.getLogger("api")
 
@@ -119,6 +120,14 @@ def install(api) -> None:
         )
         details = {"fields": [{"field": f"body.{field}", "message": str(exc)}]} if field else None
         return respond(request, status, code, str(exc), details)
+
+    @api.exception_handler(WebhookError)
+    def on_webhook_error(request, exc: WebhookError):
+        details = None
+        if exc.http_status == 422:
+            field = {"unknown_topic": "body.topics", "unsafe_url": "body.url"}.get(exc.code)
+            details = {"fields": [{"field": field, "message": str(exc)}]} if field else None
+        return respond(request, exc.http_status, exc.code, str(exc), details)
 
     @api.exception_handler(Exception)
     def on_unexpected(request, exc):
