@@ -91,9 +91,8 @@ def finish(
     deciding to wait either sees this one finished or is woken by it.
     """
     lock_environment(deployment.project_id, deployment.environment)
-    changes = {"error": error[:4000]}
-    if to != S.SUCCESS:
-        changes["failure_reason"] = reason
+    # A success clears the reason a cancel request wrote: the steps finished before stopping.
+    changes = {"error": error[:4000], "failure_reason": "" if to == S.SUCCESS else reason}
     moved = transition(Q(pk=deployment.pk), to, from_=[S.RUNNING, S.CANCELLING], **changes)
     if not moved:
         log_deployment("deployment.finish_lost", deployment, wanted=to)

@@ -1,4 +1,7 @@
-"""Fail a deployment whose job died: the worker was lost (or the runner crashed).
+"""Follow the job engine's signals for ``deployments.run`` jobs.
+
+A dead job fails its deployment: the worker was lost (or the runner crashed). A waiting job
+an operator cancelled in the jobs API or admin cancels its pending deployment.
 
 ``jobs`` buries a ``deployments.run`` job as ``dead`` when its worker process died under it
 (at once, from the worker's parent process) or when its lease expired (the reaper), and
@@ -13,9 +16,9 @@ from django.db import transaction
 from django.dispatch import receiver
 
 from deployments import lifecycle
-from deployments.models import FailureReason
+from deployments.models import Deployment, DeploymentStatus, FailureReason
 from deployments.services import RUN_TASK
-from jobs.signals import job_dead
+from jobs.signals import job_cancelled, job_dead
 
 logger = logging.getLogger("deployments")
 LOST_PREFIX = "worker lost"
@@ -41,3 +44,16 @@ def fail_deployment_of_dead_job(sender, job, **kwargs) -> None:
             "deployment.fail_on_dead_job_failed",
             extra={"deployment_id": deployment_id, "job_id": job.pk},
         )
+
+
+@receiver(job_cancelled, dispatch_uid="deployments.cancel_deployment_of_cancelled_job")
+def cancel_deployment_of_cancelled_job(sender, job, actor: str, **kwargs) -> None:
+    """Cancel the pending deployment whose job an operator cancelled in the jobs API/admin."""
+    if job.task != RUN_TASK:
+        return
+    deployment_id = (job.payload or {}).get("deployment_id")
+    deployment = Deployment.objects.filter(
+        pk=deployment_id, job_id=job.pk, status=DeploymentStatus.PENDING
+    ).first()
+    if deployment is not None:
+        lifecycle.cancel_pending(deployment, reason=FailureReason.CANCELLED, actor=actor)

@@ -15,7 +15,7 @@ from jobs import conf
 from jobs.errors import IllegalTransition, JobNotFound
 from jobs.models import PENDING, AuditLog, Job, JobStatus, Notification
 from jobs.publish import publish_on_commit
-from jobs.signals import job_dead
+from jobs.signals import job_cancelled, job_dead
 from jobs.transitions import transition, update_returning
 
 logger = logging.getLogger("jobs")
@@ -303,28 +303,34 @@ def notice_topic(job: Job) -> str:
 
 
 def job_cancel(job_id: int, *, actor: str) -> Job:
-    """Cancel a waiting job at once, or ask a running one to stop (``cancel_requested``)."""
-    moved = transition(Q(pk=job_id), S.CANCELLED, from_=PENDING)
-    if moved:
-        job = moved[0]
-        log_job("job.cancelled", job, actor=actor)
-    else:
-        now = timezone.now()
-        rows = update_returning(
-            Job.objects.filter(pk=job_id, status=S.RUNNING),
-            {"cancel_requested_at": now, "updated_at": now},
+    """Cancel a waiting job at once, or ask a running one to stop (``cancel_requested``).
+
+    A waiting job's cancel sends ``job_cancelled`` in the same transaction, so the app that
+    owns the job (deployments) can follow.
+    """
+    with transaction.atomic():
+        moved = transition(Q(pk=job_id), S.CANCELLED, from_=PENDING)
+        if moved:
+            job = moved[0]
+            log_job("job.cancelled", job, actor=actor)
+            job_cancelled.send(sender=Job, job=job, actor=actor)
+        else:
+            now = timezone.now()
+            rows = update_returning(
+                Job.objects.filter(pk=job_id, status=S.RUNNING),
+                {"cancel_requested_at": now, "updated_at": now},
+            )
+            if not rows:
+                raise _not_found_or_illegal(job_id, "cancel")
+            job = rows[0]
+            log_job("job.cancel_requested", job, actor=actor)
+        AuditLog.objects.create(
+            actor=actor,
+            action="job.cancel",
+            target_type="job",
+            target_id=str(job_id),
+            details={"status": job.status},
         )
-        if not rows:
-            raise _not_found_or_illegal(job_id, "cancel")
-        job = rows[0]
-        log_job("job.cancel_requested", job, actor=actor)
-    AuditLog.objects.create(
-        actor=actor,
-        action="job.cancel",
-        target_type="job",
-        target_id=str(job_id),
-        details={"status": job.status},
-    )
     return job
 
 

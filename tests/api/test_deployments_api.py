@@ -198,3 +198,14 @@ def test_tail_logs_of_a_running_deployment_until_complete(make_project, project_
     final = api.get(f"/deployments/{dep_id}", wait=5).json()
     assert final["status"] == DeploymentStatus.SUCCESS
     wait_for(dep_id, DeploymentStatus.SUCCESS)
+
+
+def test_cancelling_a_deployment_job_through_the_jobs_api_cancels_the_deployment(
+    make_project, project_api, make_api
+):
+    api = project_api("deploy", make_project("app"))
+    deployment = api.post("/projects/app/deployments", TRIGGER).json()
+    job_id = Deployment.objects.get(pk=deployment["id"]).job_id
+    assert make_api("admin").post(f"/jobs/{job_id}/cancel").status_code == 202
+    after = api.get(f"/deployments/{deployment['id']}").json()
+    assert (after["status"], after["failure_reason"]) == ("cancelled", "cancelled")
