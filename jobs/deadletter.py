@@ -41,8 +41,17 @@ def on_task_failure(sender=None, task_id=None, exception=None, args=None, **kwar
         return
     close_old_connections()
     job_id = int(args[0])
-    node = _node["name"] or getattr(sender.request, "hostname", "") or ""
-    this_worker = Q(pk=job_id, status=JobStatus.RUNNING, locked_by__startswith=f"{node}/")
+    ctx = getattr(sender.request, "job_context", None)
+    if ctx is not None and ctx.job.pk == job_id:  # in the pool child: exactly this run
+        this_worker = Q(
+            pk=job_id,
+            status=JobStatus.RUNNING,
+            attempts=ctx.job.attempts,
+            locked_by=ctx.job.locked_by,
+        )
+    else:  # in the parent: whichever run of this job a child of this worker held
+        node = _node["name"] or getattr(sender.request, "hostname", "") or ""
+        this_worker = Q(pk=job_id, status=JobStatus.RUNNING, locked_by__startswith=f"{node}/")
     error = f"{exception.__class__.__name__}: {exception}"
     if isinstance(exception, LOST_WORKER_ERRORS):
         _on_lost_worker(sender, this_worker, error=f"worker lost: {error}")

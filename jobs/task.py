@@ -9,13 +9,20 @@ spent, lets the error through to the ``task_failure`` dead-letter handler.
 
 import logging
 import os
+import threading
 from dataclasses import dataclass, field
 
 from celery import Task
 from celery.exceptions import Retry
-from django.db import InterfaceError, OperationalError, connection
+from django.db import (
+    DatabaseError,
+    InterfaceError,
+    OperationalError,
+    close_old_connections,
+    connection,
+)
 
-from jobs import services
+from jobs import conf, services
 from jobs.errors import Permanent, Snooze
 from jobs.models import Job
 from jobs.publish import publish
@@ -42,6 +49,39 @@ class JobContext:
         self.job.lease_expires_at = fresh.lease_expires_at
         self.cancel_requested = fresh.cancel_requested_at is not None
         return True
+
+
+class LeaseKeeper(threading.Thread):
+    """Renew a running job's lease every third of the lease, until the body returns.
+
+    A body that never calls ``ctx.heartbeat()`` still keeps its lease, so the reaper only
+    recovers jobs whose worker is really gone. Uses its own database connection.
+    """
+
+    def __init__(self, job: Job) -> None:
+        super().__init__(name=f"lease-{job.pk}", daemon=True)
+        self.job = job
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        interval = conf.get().lease_timeout.total_seconds() / 3
+        try:
+            while not self.stopped.wait(interval):
+                try:
+                    if services.job_heartbeat(self.job) is None:
+                        return  # the run was taken away; nothing more to keep
+                except DatabaseError as exc:
+                    logger.warning(
+                        "job.lease_renewal_failed",
+                        extra={"job_id": self.job.pk, "error": repr(exc)},
+                    )
+                    close_old_connections()
+        finally:
+            connection.close()
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.join(timeout=10)
 
 
 def worker_id(task: Task) -> str:
@@ -72,11 +112,15 @@ class JobTask(Task):
             return None
         ctx = JobContext(job=job, cancel_requested=job.cancel_requested_at is not None)
         self.request.job_context = ctx
+        keeper = LeaseKeeper(job)
+        keeper.start()
         try:
             result = self.run(ctx)
         except Snooze as snooze:
             services.job_snooze(job, seconds=snooze.seconds, reason=str(snooze))
             return None
+        finally:
+            keeper.stop()
         if ctx.cancel_requested:
             services.job_finish_cancelled(job)
         else:

@@ -168,3 +168,19 @@ def test_a_worker_reconnects_after_the_broker_restarts(start_worker, worker_env)
         assert worker.process.poll() is None
     finally:
         redis.stop()
+
+
+def test_a_long_job_keeps_its_lease_without_calling_heartbeat(start_worker):
+    start_worker(concurrency=1, env={"CONVEYOR_JOB_LEASE_TIMEOUT": "6s"})
+    job = services.enqueue("tests.record", {"sleep": 12})
+    wait_for_status(job, S.RUNNING)
+    first_lease = job.lease_expires_at
+    while job.status == S.RUNNING:  # twice the lease, with the reaper looking every second
+        assert reap().retried == 0
+        time.sleep(1)
+        job.refresh_from_db()
+        if job.status == S.RUNNING:
+            assert job.lease_expires_at is not None
+    assert job.status == S.SUCCEEDED and job.attempts == 1
+    assert executions(job) == 1
+    assert job.finished_at - job.started_at > (first_lease - job.started_at)  # outlived one lease
