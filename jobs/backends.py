@@ -25,7 +25,7 @@ _STATUS = {
 class ConveyorBackend(BaseTaskBackend):
     supports_defer = True
     supports_get_result = True
-    supports_priority = True
+    supports_priority = False  # the broker delivers in order; Job.priority only orders the sweeper
 
     def enqueue(self, task, args, kwargs):
         self.validate_task(task)

@@ -22,7 +22,7 @@ def get() -> JobSettings:
     return JobSettings(
         lease_timeout=settings.CONVEYOR_JOB_LEASE_TIMEOUT,
         max_attempts=settings.CONVEYOR_JOB_MAX_ATTEMPTS,
-        retry_backoff_max=settings.CELERY_TASK_RETRY_BACKOFF_MAX,
+        retry_backoff_max=settings.CONVEYOR_RETRY_BACKOFF_MAX,
         sweeper_grace=settings.CONVEYOR_SWEEPER_GRACE,
         completed_retention=settings.CONVEYOR_PURGE_COMPLETED_RETENTION,
         dead_retention=settings.CONVEYOR_PURGE_DEAD_RETENTION,
@@ -36,3 +36,16 @@ def validate() -> None:
         raise ImproperlyConfigured("CONVEYOR_JOB_LEASE_TIMEOUT must be at least 5s")
     if conf.sweeper_grace < timedelta(seconds=1):
         raise ImproperlyConfigured("CONVEYOR_SWEEPER_GRACE must be at least 1s")
+    # A retry's countdown is held unacknowledged by a worker: the broker must not redeliver
+    # it meanwhile, and the sweeper must not publish it a second time as "coming due".
+    from jobs.publish import SCHEDULE_HORIZON_SECONDS
+
+    visibility = settings.CELERY_BROKER_TRANSPORT_OPTIONS.get("visibility_timeout")
+    if visibility is not None and visibility < 4 * conf.retry_backoff_max:
+        raise ImproperlyConfigured(
+            "the broker's visibility_timeout must be 4x CONVEYOR_RETRY_BACKOFF_MAX"
+        )
+    if conf.retry_backoff_max > SCHEDULE_HORIZON_SECONDS:
+        raise ImproperlyConfigured(
+            f"CONVEYOR_RETRY_BACKOFF_MAX must be at most {SCHEDULE_HORIZON_SECONDS}s"
+        )

@@ -22,7 +22,7 @@ PUBLISH_RETRY_POLICY = {
 }
 # Further in the future than this, a job is not published at enqueue: a countdown is held
 # unacknowledged in a worker's memory, so the sweeper publishes it when it comes due.
-SCHEDULE_HORIZON_SECONDS = 600
+SCHEDULE_HORIZON_SECONDS = 1800
 
 
 def publish(jobs: Iterable[Job]) -> int:

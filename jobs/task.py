@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from celery import Task
 from celery.exceptions import Retry
+from django.conf import settings
 from django.db import (
     DatabaseError,
     InterfaceError,
@@ -99,7 +100,7 @@ class JobTask(Task):
     autoretry_for = (Exception,)
     dont_autoretry_for = (Permanent, Snooze)
     retry_backoff = 2
-    retry_backoff_max = 900
+    retry_backoff_max = settings.CONVEYOR_RETRY_BACKOFF_MAX
     retry_jitter = True
     max_retries = None  # the Job row counts attempts, not the message
     # Default attempt budget for jobs of this task (else CONVEYOR_JOB_MAX_ATTEMPTS).

@@ -11,6 +11,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
 _UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+MAX_DURATION_SECONDS = 10 * 365 * 86400
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 
@@ -21,7 +22,10 @@ def parse_duration(value: str) -> timedelta:
     if not match:
         raise ValueError(f"{value!r} is not a duration (use seconds or 30s, 5m, 24h, 7d)")
     number, unit = match.groups()
-    return timedelta(seconds=float(number) * _UNIT_SECONDS[unit])
+    seconds = float(number) * _UNIT_SECONDS[unit]
+    if seconds > MAX_DURATION_SECONDS:
+        raise ValueError(f"{value!r} is longer than the 10-year maximum")
+    return timedelta(seconds=seconds)
 
 
 def duration(name: str, default: str) -> timedelta:
@@ -63,3 +67,11 @@ def integer(name: str, default: int, *, minimum: int = 0) -> int:
 def string(name: str, default: str = "") -> str:
     """Return environment variable ``name``, else ``default``."""
     return os.environ.get(name, default)
+
+
+def choice(name: str, default: str, choices: tuple[str, ...]) -> str:
+    """Return environment variable ``name`` (case-insensitive) if it is one of ``choices``."""
+    raw = os.environ.get(name, default).strip().upper()
+    if raw not in choices:
+        raise ImproperlyConfigured(f"{name}: {raw!r} is not one of {', '.join(choices)}")
+    return raw

@@ -145,7 +145,7 @@ else:
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         # A retry countdown is held unacknowledged by a worker until it is due; Redis
         # redelivers anything unacknowledged after visibility_timeout, so it must stay well
-        # above the longest retry delay (CELERY_TASK_RETRY_BACKOFF_MAX).
+        # above the longest retry delay (CONVEYOR_RETRY_BACKOFF_MAX; checked at start-up).
         "visibility_timeout": 4 * 3600,
         "socket_connect_timeout": 3,
         "socket_timeout": 10,
@@ -164,7 +164,6 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_DB_REUSE_MAX = 1000
 CELERY_TASK_TRACK_STARTED = False
 CELERY_TASK_DEFAULT_QUEUE = "default"
-CELERY_TASK_RETRY_BACKOFF_MAX = 900
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_WORKER_REDIRECT_STDOUTS = False
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
@@ -172,11 +171,8 @@ CELERY_WORKER_SEND_TASK_EVENTS = False
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 
-if (
-    CELERY_BROKER_TRANSPORT_OPTIONS.get("visibility_timeout", 1e9)
-    < CELERY_TASK_RETRY_BACKOFF_MAX * 4
-):
-    raise ImproperlyConfigured("visibility_timeout must stay well above retry_backoff_max")
+# The longest retry delay any job waits (exponential backoff is capped here), in seconds.
+CONVEYOR_RETRY_BACKOFF_MAX = 900
 
 # --- Django's built-in tasks framework runs on Conveyor's job engine ----------------------
 TASKS = {"default": {"BACKEND": "jobs.backends.ConveyorBackend"}}
@@ -209,7 +205,9 @@ CONVEYOR_WEBHOOK_RETRY_AFTER_MAX = env.duration("CONVEYOR_WEBHOOK_RETRY_AFTER_MA
 CONVEYOR_WORKSPACES_DIR = Path(env.string("CONVEYOR_WORKSPACES_DIR", str(VAR_DIR / "workspaces")))
 
 # --- Logging: one JSON object per line on stdout -----------------------------------------
-LOG_LEVEL = env.string("CONVEYOR_LOG_LEVEL", "INFO").upper()
+LOG_LEVEL = env.choice(
+    "CONVEYOR_LOG_LEVEL", "INFO", ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+)
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

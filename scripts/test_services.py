@@ -88,7 +88,15 @@ def ensure_database(url: str) -> None:
     parsed = urlparse(url)
     name = parsed.path.lstrip("/") or "conveyor"
     admin_url = parsed._replace(path="/postgres").geturl()
-    with psycopg.connect(admin_url, autocommit=True, connect_timeout=5) as conn:
+    try:
+        conn = psycopg.connect(admin_url, autocommit=True, connect_timeout=5)
+    except psycopg.OperationalError as exc:
+        sys.exit(
+            f"PostgreSQL answers but refused the connection as {parsed.username!r}: {exc}\n"
+            "Point the tests at a server and user that may create databases with "
+            "TEST_DATABASE_URL=postgres://USER:PASSWORD@HOST:5432/conveyor"
+        )
+    with conn:
         exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
         if not exists:
             conn.execute(f'CREATE DATABASE "{name}"')

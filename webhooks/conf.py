@@ -78,7 +78,7 @@ def validate() -> None:
     if conf.backoff < 1:
         raise ImproperlyConfigured("CONVEYOR_WEBHOOK_BACKOFF must be at least 1s")
     # Principle 4: a delay held by a worker must stay below the broker's redelivery horizon.
-    ceiling = settings.CELERY_TASK_RETRY_BACKOFF_MAX
+    ceiling = settings.CONVEYOR_RETRY_BACKOFF_MAX
     for name, value in (
         ("CONVEYOR_WEBHOOK_BACKOFF_MAX", conf.backoff_max),
         ("CONVEYOR_WEBHOOK_RETRY_AFTER_MAX", conf.retry_after_max),

@@ -65,7 +65,7 @@ def test_a_step_ignoring_sigterm_is_killed_after_the_grace(make_project, deploy_
 
 def test_the_deployment_timeout_stops_it(make_project, deploy_worker):
     project = make_project(
-        deployment_timeout=2,
+        deployment_timeout=8,  # room for a slow start; step b alone outlasts it
         pipelines={
             "default": [{"name": "a", "command": "sleep 1"}, {"name": "b", "command": "sleep 300"}]
         },

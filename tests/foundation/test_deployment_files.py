@@ -1,7 +1,6 @@
 """docker-compose.yml describes the production deployment; Docker cannot run here, so parse it."""
 
 import subprocess
-import textwrap
 
 import yaml
 
@@ -37,10 +36,12 @@ def test_compose_wires_the_app_to_postgres_and_redis():
 def test_compose_commands_start_gunicorn_all_queues_and_one_beat():
     services = compose()["services"]
     assert services["web"]["command"][0] == "gunicorn"
-    worker = services["worker"]["command"]
-    assert worker[:4] == ["celery", "-A", "project", "worker"]
-    queues = worker[worker.index("--queues") + 1].split(",")
-    assert set(queues) == {"default", "deployments", "webhooks", "maintenance"}
+    queues = set()
+    for name in ("worker", "deployer"):
+        command = services[name]["command"]
+        assert command[:4] == ["celery", "-A", "project", "worker"]
+        queues |= set(command[command.index("--queues") + 1].split(","))
+    assert queues == {"default", "deployments", "webhooks", "maintenance"}
     assert services["beat"]["command"][3] == "beat"
     assert services["beat"]["deploy"]["replicas"] == 1
     dockerfile = services["web"]["build"]["dockerfile"]
@@ -49,21 +50,21 @@ def test_compose_commands_start_gunicorn_all_queues_and_one_beat():
 
 def test_the_test_runner_fails_on_a_failing_test_and_on_no_tests(tmp_path):
     failing = tmp_path / "test_red.py"
-    failing.write_text(
-        textwrap.dedent("""
-        def test_red():
-            assert 1 == 2
-    """)
-    )
+    failing.write_text("def test_red():\n    assert 1 == 2\n")
     empty = tmp_path / "empty"
     empty.mkdir()
-    for target in (failing, empty):
-        out = subprocess.run(
+
+    def run(target):
+        return subprocess.run(
             [str(ROOT / "scripts/run-tests"), str(target), "-p", "no:cacheprovider", "-q"],
             cwd=ROOT,
             capture_output=True,
             text=True,
             timeout=120,
         )
-        assert out.returncode != 0, (target, out.stdout)
-    assert (ROOT / ".ci/run").read_text().count("make test") == 1
+
+    red = run(failing)
+    assert red.returncode == 1 and "1 failed" in red.stdout, red.stdout
+    none = run(empty)
+    assert none.returncode == 1 and "collected no tests" in none.stderr, none.stderr
+    assert "make test" in (ROOT / ".ci/run").read_text()

@@ -16,7 +16,7 @@ from tests.jobs.test_execution import executions, wait_for_status
 from tests.processes import ROOT, RedisServer, wait_until
 
 S = JobStatus
-SHORT_LEASE = {"CONVEYOR_JOB_LEASE_TIMEOUT": "5s"}
+SHORT_LEASE = {"CONVEYOR_JOB_LEASE_TIMEOUT": "10s"}
 
 
 def child_pid(job: Job) -> int:
