@@ -1,5 +1,6 @@
 """REST endpoints for CI: trigger, read, list, retry and cancel deployments; tail their logs."""
 
+import threading
 import time
 from datetime import datetime
 
@@ -20,6 +21,9 @@ router = Router(tags=["deployments"])
 MAX_WAIT_SECONDS = 30
 POLL_INTERVAL = 0.5
 MAX_LOG_BYTES = 1024 * 1024
+# Half of a gunicorn worker's threads (scripts/Procfile: --threads 8) may long-poll at once.
+MAX_WAITERS = 4
+_waiters = threading.BoundedSemaphore(MAX_WAITERS)
 
 
 class TriggerIn(Schema):
@@ -157,13 +161,22 @@ def list_deployments(
 
 
 def _wait_for(check, seconds: float):
-    """Call ``check`` until it returns something truthy or ``seconds`` pass; return the last."""
-    deadline = time.monotonic() + seconds
-    while True:
-        value = check()
-        if value or time.monotonic() >= deadline:
-            return value
-        time.sleep(POLL_INTERVAL)
+    """Call ``check`` until it returns something truthy or ``seconds`` pass; return the last.
+
+    At most ``MAX_WAITERS`` requests per process wait at once, so long-polling CI clients can
+    never hold every web thread: past that, the answer comes at once (clients poll again).
+    """
+    if not _waiters.acquire(blocking=False):
+        return check()
+    try:
+        deadline = time.monotonic() + seconds
+        while True:
+            value = check()
+            if value or time.monotonic() >= deadline:
+                return value
+            time.sleep(POLL_INTERVAL)
+    finally:
+        _waiters.release()
 
 
 @router.get(

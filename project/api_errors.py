@@ -3,6 +3,7 @@
 import logging
 
 from django.core.exceptions import RequestDataTooBig
+from django.db import DataError
 from django.http import Http404
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 
@@ -99,6 +100,15 @@ def install(api) -> None:
     @api.exception_handler(RequestDataTooBig)
     def on_too_big(request, exc):
         return respond(request, 413, "payload_too_large", "the request body is over 1 MiB")
+
+    @api.exception_handler(DataError)
+    def on_unstorable(request, exc):
+        return respond(
+            request,
+            422,
+            "invalid",
+            "a value cannot be stored (a NUL character, NaN or a number out of range)",
+        )
 
     @api.exception_handler(Http404)
     def on_not_found(request, exc):

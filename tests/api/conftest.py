@@ -1,3 +1,5 @@
+import json
+
 import pytest
 from django.test import Client
 
@@ -15,7 +17,7 @@ class Api:
         return self.client.get(f"/api/v1{path}", params, headers=self.headers)
 
     def post(self, path, body=None, *, headers=None, raw: bytes | None = None):
-        data = raw if raw is not None else (b"" if body is None else __import__("json").dumps(body))
+        data = raw if raw is not None else (b"" if body is None else json.dumps(body))
         return self.client.post(
             f"/api/v1{path}",
             data,
@@ -26,7 +28,7 @@ class Api:
     def patch(self, path, body):
         return self.client.patch(
             f"/api/v1{path}",
-            __import__("json").dumps(body),
+            json.dumps(body),
             content_type="application/json",
             headers=self.headers,
         )

@@ -2,11 +2,12 @@
 
 import json
 import threading
+import time
 
 import pytest
 from django.db import connection
 
-from deployments.models import Deployment, DeploymentStatus
+from deployments.models import Deployment, DeploymentStatus, Project
 from jobs.models import IdempotencyKey
 from tests.api.conftest import Api, assert_error
 from tests.deployments.conftest import wait_for
@@ -41,9 +42,7 @@ def test_scopes_and_project_binding(make_project, project_api, make_api):
 
 def test_trigger_returns_the_contract_fields_and_a_location(make_project, project_api):
     make_project("app")
-    api = project_api(
-        "deploy", *__import__("deployments.models", fromlist=["Project"]).Project.objects.all()
-    )
+    api = project_api("deploy", *Project.objects.all())
     response = api.post("/projects/app/deployments", {**TRIGGER, "params": {"VERSION": "1.2"}})
     assert response.status_code == 201
     body = response.json()
@@ -89,6 +88,13 @@ def test_bad_triggers_are_refused_and_write_nothing(make_project, project_api):
     )
     too_big = json.dumps({**TRIGGER, "params": {"x": "y" * (2 * 1024 * 1024)}}).encode()
     assert_error(api.post("/projects/app/deployments", raw=too_big), 413, "payload_too_large")
+    assert_error(
+        api.post("/projects/app/deployments", raw=b'{"ref": "main", "params": {"x": NaN}}'), 422
+    )
+    assert_error(api.post("/projects/app/deployments", {"ref": "ma\u0000in"}), 422)
+    assert_error(api.post("/projects/app/deployments", {"ref": "main", "pipeline": "a\u0000"}), 422)
+    assert_error(api.get("/projects/app/deployments", environment="\x00"), 422)
+    assert_error(api.get("/projects/%00/deployments"), 422)
     assert Deployment.objects.count() == 0
 
 
@@ -178,9 +184,7 @@ def test_tail_logs_of_a_running_deployment_until_complete(make_project, project_
         {"name": "done", "command": "echo finished"},
     ]
     api = project_api("read", make_project("app", pipelines={"default": steps}))
-    deployer = project_api(
-        "deploy", *__import__("deployments.models", fromlist=["Project"]).Project.objects.all()
-    )
+    deployer = project_api("deploy", *Project.objects.all())
     deploy_worker()
     dep_id = deployer.post("/projects/app/deployments", TRIGGER).json()["id"]
     offset, text, calls = 0, "", 0
@@ -209,3 +213,26 @@ def test_cancelling_a_deployment_job_through_the_jobs_api_cancels_the_deployment
     assert make_api("admin").post(f"/jobs/{job_id}/cancel").status_code == 202
     after = api.get(f"/deployments/{deployment['id']}").json()
     assert (after["status"], after["failure_reason"]) == ("cancelled", "cancelled")
+
+
+def test_long_polls_are_capped_so_web_threads_stay_free(make_project, project_api):
+    from deployments import api as deployments_api
+
+    api = project_api("read", make_project("app"))
+    deployer = project_api("deploy", *Project.objects.all())
+    dep_id = deployer.post("/projects/app/deployments", TRIGGER).json()["id"]
+    held = [
+        deployments_api._waiters.acquire(blocking=False) for _ in range(deployments_api.MAX_WAITERS)
+    ]
+    try:
+        assert all(held)
+        started = time.monotonic()
+        answer = api.get(f"/deployments/{dep_id}", wait=10)
+        assert answer.status_code == 200 and answer.json()["status"] == "pending"
+        assert time.monotonic() - started < 5  # answered at once, not after 10 s
+    finally:
+        for _ in held:
+            deployments_api._waiters.release()
+    started = time.monotonic()
+    api.get(f"/deployments/{dep_id}", wait=1)
+    assert time.monotonic() - started >= 1  # with a free slot it does wait

@@ -77,3 +77,4 @@ def test_every_kind_of_bad_request_gets_the_error_shape(make_api):
     error = assert_error(api.get("/jobs", limit=0), 422, "invalid")
     assert error["details"]["fields"][0]["field"].endswith("limit")
     assert_error(api.get("/jobs/abc"), 404)
+    assert_error(api.get("/jobs", task="\x00"), 422)

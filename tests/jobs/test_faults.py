@@ -5,6 +5,7 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import timedelta
 
 from django.test import override_settings
 
@@ -61,7 +62,7 @@ def test_killing_a_whole_worker_is_recovered_by_the_reaper(start_worker):
     assert executions(job) == 1
 
 
-@override_settings(CONVEYOR_SWEEPER_GRACE=__import__("datetime").timedelta(seconds=1))
+@override_settings(CONVEYOR_SWEEPER_GRACE=timedelta(seconds=1))
 def test_a_lost_message_is_republished_by_the_sweeper(start_worker, purge_broker):
     job = services.enqueue("tests.record", {})
     purge_broker()  # the message is gone, the row is not
