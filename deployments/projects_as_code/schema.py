@@ -98,14 +98,16 @@ def load(path: str | Path) -> object:
     """Read a YAML or JSON file (chosen by its extension; YAML otherwise)."""
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise InvalidDocument([f"{path}: cannot read it ({exc.strerror})"]) from None
+    except UnicodeDecodeError:
+        raise InvalidDocument([f"{path}: is not UTF-8 text"]) from None
     try:
         if path.suffix.lower() == ".json":
             return json.loads(text)
         return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
-    except (ValueError, yaml.YAMLError) as exc:
+    except (ValueError, TypeError, yaml.YAMLError) as exc:  # TypeError: a list as a YAML key
         kind = "JSON" if path.suffix.lower() == ".json" else "YAML"
         raise InvalidDocument([f"{path}: not valid {kind}: {exc}"]) from None
 
@@ -165,7 +167,8 @@ def _project(raw: object, index: int, errors: list[str]) -> ProjectSpec | None:
         "default_environment": _name(raw, "default_environment", "production", where, errors),
         "default_pipeline": _name(raw, "default_pipeline", "default", where, errors),
         "concurrency_policy": concurrency,
-        "deployment_timeout": _seconds(raw, "deployment_timeout", where, errors, minimum=1) or 3600,
+        # None: CONVEYOR_DEPLOYMENT_TIMEOUT, filled in when the document is applied.
+        "deployment_timeout": _seconds(raw, "deployment_timeout", where, errors, minimum=1),
         "stop_grace": _seconds(raw, "stop_grace", where, errors, minimum=0, maximum=3600),
         "env": _env(raw.get("env"), f"{where}.env", errors),
         "secrets": _secrets(raw.get("secrets"), f"{where}.secrets", errors),

@@ -19,7 +19,7 @@ run is no longer ours: steps are stopped and the dead-job handler owns the outco
 import logging
 import time
 
-from django.db import transaction
+from django.db import DatabaseError, close_old_connections, transaction
 from django.utils import timezone
 
 from deployments import conf, lifecycle, services, workspaces
@@ -41,7 +41,11 @@ S = DeploymentStatus
 
 def run(*, deployment_id: int, ctx: JobContext) -> dict:
     """Claim and run one deployment for the job in ``ctx``; return a small summary."""
-    claim = services.deployment_claim(deployment_id=deployment_id, job=ctx.job)
+    try:
+        claim = services.deployment_claim(deployment_id=deployment_id, job=ctx.job)
+    except DatabaseError as exc:  # nothing ran yet: a database blip must not fail the deployment
+        close_old_connections()
+        raise Snooze(services.wait_seconds(), reason=f"claim failed: {exc!r}") from exc
     if claim.decision is Decision.WAIT:  # already snoozed under the lock; JobTask's is a no-op
         raise Snooze(services.wait_seconds(), reason=f"deployment {deployment_id} waits its turn")
     if claim.decision is not Decision.RUN:
