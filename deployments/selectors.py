@@ -1,14 +1,11 @@
 """Read-only views of deployments for the API, the admin and the commands."""
 
-from django.db.models import QuerySet
-
 from deployments.conf import LOG_CHUNK_BYTES
-from deployments.errors import DeploymentNotFound, ProjectNotFound
-from deployments.models import FINISHED, Deployment, LogChunk, Project, StepRun
+from deployments.errors import DeploymentNotFound
+from deployments.models import FINISHED, Deployment, LogChunk
 
 DEFAULT_LOG_LIMIT = 1024 * 1024
 MAX_LOG_LIMIT = 8 * 1024 * 1024
-LIST_LIMIT = 100
 
 
 def deployment_get(*, deployment_id: int) -> Deployment:
@@ -19,27 +16,6 @@ def deployment_get(*, deployment_id: int) -> Deployment:
     if found is None:
         raise DeploymentNotFound(f"no deployment {deployment_id}")
     return found
-
-
-def deployment_list(
-    *,
-    project: Project | str,
-    environment: str | None = None,
-    status: str | None = None,
-    limit: int = LIST_LIMIT,
-) -> QuerySet:
-    """Return a project's deployments, newest first, optionally filtered."""
-    if isinstance(project, str):
-        found = Project.objects.filter(slug=project).first()
-        if found is None:
-            raise ProjectNotFound(f"no project {project!r}")
-        project = found
-    queryset = Deployment.objects.select_related("project").filter(project=project)
-    if environment:
-        queryset = queryset.filter(environment=environment)
-    if status:
-        queryset = queryset.filter(status=status)
-    return queryset.order_by("-id")[: max(1, min(limit, LIST_LIMIT))]
 
 
 def deployment_as_dict(deployment: Deployment) -> dict:
@@ -63,11 +39,6 @@ def deployment_as_dict(deployment: Deployment) -> dict:
         "cancel_requested_at": deployment.cancel_requested_at,
         "steps": deployment.steps,
     }
-
-
-def deployment_step_runs(*, deployment: Deployment) -> list[StepRun]:
-    """Return the deployment's step runs in order."""
-    return list(StepRun.objects.filter(deployment=deployment).order_by("position"))
 
 
 def deployment_log_size(*, deployment: Deployment) -> int:

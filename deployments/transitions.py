@@ -41,9 +41,3 @@ def transition(
     if to in FINISHED:
         changes.setdefault("finished_at", now)
     return update_returning(Deployment.objects.filter(where, status__in=sources), changes)
-
-
-def transition_one(deployment_id: int, to: DeploymentStatus, **kwargs) -> Deployment | None:
-    """Move one deployment; return it, or None if it was not in an allowed state."""
-    moved = transition(Q(pk=deployment_id), to, **kwargs)
-    return moved[0] if moved else None

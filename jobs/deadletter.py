@@ -21,7 +21,8 @@ from django.db.models import Q
 
 from jobs import services
 from jobs.models import Job, JobStatus
-from jobs.task import JobTask, republish
+from jobs.publish import publish
+from jobs.task import JobTask
 
 logger = logging.getLogger("jobs")
 LOST_WORKER_ERRORS = (WorkerLostError, TimeLimitExceeded)
@@ -71,4 +72,4 @@ def _on_lost_worker(task: JobTask, this_worker: Q, *, error: str) -> None:
     )
     moved = services.job_retry_later(job, error=error, delay=delay)
     if moved is not None:
-        republish(moved)
+        publish([moved])

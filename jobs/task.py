@@ -26,7 +26,6 @@ from django.db import (
 from jobs import conf, services
 from jobs.errors import Permanent, Snooze
 from jobs.models import Job
-from jobs.publish import publish
 
 logger = logging.getLogger("jobs")
 
@@ -166,8 +165,3 @@ def _describe(exc: BaseException | None) -> str:
     if exc is None:
         return "retry requested"
     return f"{exc.__class__.__name__}: {exc}"
-
-
-def republish(job: Job) -> None:
-    """Publish a job that the broker will not deliver again (lost worker, reaper)."""
-    publish([job])

@@ -52,12 +52,6 @@ def transition(
     return update_returning(queryset, changes)
 
 
-def transition_one(job_id: int, to: JobStatus, **kwargs) -> Job | None:
-    """Move one job; return it, or None if it was not in an allowed state."""
-    moved = transition(Q(pk=job_id), to, **kwargs)
-    return moved[0] if moved else None
-
-
 def update_returning(queryset, changes: dict) -> list:
     """Run ``queryset.update(**changes)`` as one UPDATE ... RETURNING; return the rows.
 

@@ -5,7 +5,7 @@ from datetime import datetime
 from django.db.models import Count, QuerySet
 
 from webhooks.errors import DeliveryNotFound, EndpointNotFound, WebhookError
-from webhooks.models import Delivery, DeliveryAttempt, DeliveryStatus, Endpoint, Event
+from webhooks.models import Delivery, DeliveryStatus, Endpoint, Event
 
 
 def endpoint_list(*, enabled: bool | None = None, topic: str | None = None) -> list[Endpoint]:
@@ -69,11 +69,6 @@ def delivery_get(*, delivery_id: int) -> Delivery:
     if delivery is None:
         raise DeliveryNotFound(f"webhook delivery {delivery_id} does not exist")
     return delivery
-
-
-def delivery_attempts(*, delivery_id: int) -> QuerySet[DeliveryAttempt]:
-    """Return the attempts of one delivery, oldest first."""
-    return DeliveryAttempt.objects.filter(delivery_id=delivery_id).order_by("id")
 
 
 def event_get(*, message_id: str) -> Event | None:
