@@ -104,10 +104,19 @@ def test_cancel_in_progress_stops_the_running_one(make_project):
     assert claim(newer).decision is Decision.WAIT  # until the old one has really stopped
 
 
-def test_an_older_pending_deployment_whose_job_was_cancelled_no_longer_blocks(make_project):
+def test_cancelling_a_pending_deployments_job_cancels_the_deployment(make_project):
+    project = make_project(concurrency_policy="queue")
+    pending = deployment_create(project=project, ref="a")
+    job_cancel(pending.job_id, actor="operator")  # through the jobs API or admin
+    assert status_of(pending) == ("cancelled", FailureReason.CANCELLED)
+    later = deployment_create(project=project, ref="b")
+    assert claim(later).decision is Decision.RUN
+
+
+def test_an_older_pending_deployment_whose_job_was_lost_no_longer_blocks(make_project):
     project = make_project(concurrency_policy="queue")
     orphan = deployment_create(project=project, ref="a")
-    job_cancel(orphan.job_id, actor="operator")  # behind the deployment's back
+    Job.objects.filter(pk=orphan.job_id).update(status="cancelled")  # lost without a signal
     later = deployment_create(project=project, ref="b")
     assert claim(later).decision is Decision.RUN
     assert status_of(orphan) == ("failed", FailureReason.JOB_LOST)
