@@ -281,20 +281,29 @@ def _dead_letter(job: Job, *, actor: str) -> None:
         target_id=str(job.pk),
         details={"task": job.task, "attempts": job.attempts, "error": job.last_error[:1000]},
     )
-    staff = (
-        get_user_model().objects.filter(is_staff=True, is_active=True).values_list("pk", flat=True)
-    )
-    Notification.objects.bulk_create(
-        Notification(
-            recipient_id=user_id,
-            topic=notice_topic(job),
-            title=f"{job.task} job {job.pk} is dead after {job.attempts} attempt(s)",
-            body=job.last_error[:2000],
-            data={"job_id": job.pk, "task": job.task},
-        )
-        for user_id in staff
+    notify_staff(
+        topic=notice_topic(job),
+        title=f"{job.task} job {job.pk} is dead after {job.attempts} attempt(s)",
+        body=job.last_error[:2000],
+        data={"job_id": job.pk, "task": job.task},
     )
     job_dead.send(sender=Job, job=job)
+
+
+def staff_ids() -> list[int]:
+    """Return the ids of the active staff users: the operators every notice goes to."""
+    return list(
+        get_user_model().objects.filter(is_staff=True, is_active=True).values_list("pk", flat=True)
+    )
+
+
+def notify_staff(*, topic: str, title: str, body: str = "", data: dict | None = None) -> int:
+    """Put one in-app Notification in every active staff user's inbox; return how many."""
+    notices = Notification.objects.bulk_create(
+        Notification(recipient_id=user_id, topic=topic, title=title, body=body, data=data or {})
+        for user_id in staff_ids()
+    )
+    return len(notices)
 
 
 def notice_topic(job: Job) -> str:

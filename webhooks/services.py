@@ -7,12 +7,12 @@ domain error, never a bare exception.
 import logging
 from datetime import datetime
 
-from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from jobs.models import FINISHED, AuditLog, Notification
+from jobs.models import FINISHED, AuditLog
+from jobs.services import notify_staff
 from webhooks import conf, ssrf
 from webhooks.dispatch import enqueue_deliveries, event_create
 from webhooks.errors import (
@@ -162,7 +162,8 @@ def endpoint_disable_automatically(
             return False
         url = Endpoint.objects.values_list("url", flat=True).get(pk=endpoint_id)
         _audit("system", "webhook.endpoint_disable", "webhook_endpoint", endpoint_id, reason=reason)
-        _notify_staff(
+        notify_staff(
+            topic=ENDPOINT_DISABLED_TOPIC,
             title=f"Webhook endpoint {url} was disabled",
             body=f"{reason}. Events for it are kept as skipped deliveries: enable it, then "
             "replay them.",
@@ -172,16 +173,6 @@ def endpoint_disable_automatically(
         "webhook.endpoint_disabled", extra={"endpoint_id": endpoint_id, "reason": reason}
     )
     return True
-
-
-def _notify_staff(*, title: str, body: str, data: dict) -> None:
-    staff = get_user_model().objects.filter(is_staff=True, is_active=True).values_list("pk")
-    Notification.objects.bulk_create(
-        Notification(
-            recipient_id=user_id, topic=ENDPOINT_DISABLED_TOPIC, title=title, body=body, data=data
-        )
-        for (user_id,) in staff
-    )
 
 
 def endpoint_rotate_secret(*, endpoint_id: int, actor: str) -> Endpoint:
