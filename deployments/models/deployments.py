@@ -114,9 +114,7 @@ class Deployment(models.Model):
         ]
 
     def __str__(self) -> str:
-        return (
-            f"Deployment {self.pk} {self.project_id}/{self.environment}@{self.ref} [{self.status}]"
-        )
+        return f"Deployment {self.pk} ({self.environment}@{self.ref}) [{self.status}]"
 
     @property
     def is_finished(self) -> bool:
