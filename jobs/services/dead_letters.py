@@ -1,0 +1,64 @@
+"""Bury dead jobs with their dead letter, and put notices in the operators' inboxes."""
+
+from django.contrib.auth import get_user_model
+from django.db import transaction
+from django.db.models import Q
+
+from jobs.models import AuditLog, Job, Notification
+from jobs.services.base import MAX_ERROR_LENGTH, S, log_job
+from jobs.signals import job_dead
+from jobs.transitions import transition
+
+
+def job_bury(where: Q, *, error: str, actor: str = "system") -> list[Job]:
+    """Move running jobs matching ``where`` to ``dead`` and deliver their dead letters.
+
+    The dead letter (AuditLog row, one Notification per active staff user, the ``job_dead``
+    signal) is written in the same transaction as the state change.
+    """
+    with transaction.atomic():
+        moved = transition(
+            where, S.DEAD, from_=[S.RUNNING], last_error=error[:MAX_ERROR_LENGTH], locked_by=""
+        )
+        for job in moved:
+            _dead_letter(job, actor=actor)
+    return moved
+
+
+def _dead_letter(job: Job, *, actor: str) -> None:
+    log_job("job.dead", job, error=job.last_error[:300])
+    AuditLog.objects.create(
+        actor=actor,
+        action="job.dead",
+        target_type="job",
+        target_id=str(job.pk),
+        details={"task": job.task, "attempts": job.attempts, "error": job.last_error[:1000]},
+    )
+    notify_staff(
+        topic=notice_topic(job),
+        title=f"{job.task} job {job.pk} is dead after {job.attempts} attempt(s)",
+        body=job.last_error[:2000],
+        data={"job_id": job.pk, "task": job.task},
+    )
+    job_dead.send(sender=Job, job=job)
+
+
+def staff_ids() -> list[int]:
+    """Return the ids of the active staff users: the operators every notice goes to."""
+    return list(
+        get_user_model().objects.filter(is_staff=True, is_active=True).values_list("pk", flat=True)
+    )
+
+
+def notify_staff(*, topic: str, title: str, body: str = "", data: dict | None = None) -> int:
+    """Put one in-app Notification in every active staff user's inbox; return how many."""
+    notices = Notification.objects.bulk_create(
+        Notification(recipient_id=user_id, topic=topic, title=title, body=body, data=data or {})
+        for user_id in staff_ids()
+    )
+    return len(notices)
+
+
+def notice_topic(job: Job) -> str:
+    """Name the in-app notice for a dead job: ``webhook.dead_letter`` or ``job.dead``."""
+    return "webhook.dead_letter" if job.task.startswith("webhooks.") else "job.dead"

@@ -1,0 +1,128 @@
+"""Write jobs in the caller's transaction and publish their ids once it commits."""
+
+from datetime import datetime
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from jobs import conf
+from jobs.models import Job
+from jobs.publish import publish_on_commit
+from jobs.services.base import log_job, logger
+
+
+def _task_defaults(task) -> tuple[str, str | None, int | None]:
+    """Return (name, declared queue, declared max attempts) of a task object or name."""
+    from project.celery import app
+
+    name = task if isinstance(task, str) else task.name
+    registered = app.tasks.get(name)
+    if registered is None:
+        raise ValueError(f"unknown task {name!r}: it is not registered with Celery")
+    return name, getattr(registered, "queue", None), getattr(registered, "job_max_attempts", None)
+
+
+def _new_job(
+    task, payload, *, queue, priority, run_after, max_attempts, idempotency_key, now
+) -> Job:
+    name, task_queue, task_max_attempts = _task_defaults(task)
+    return Job(
+        task=name,
+        queue=queue or task_queue or "default",
+        payload=payload if payload is not None else {},
+        priority=priority,
+        max_attempts=max_attempts or task_max_attempts or conf.get().max_attempts,
+        run_after=run_after or now,
+        idempotency_key=idempotency_key,
+        published_at=now,
+        created_at=now,
+        updated_at=now,
+    )
+
+
+def enqueue(
+    task,
+    payload: dict | None = None,
+    *,
+    queue: str | None = None,
+    priority: int = 0,
+    run_after: datetime | None = None,
+    max_attempts: int | None = None,
+    idempotency_key: str | None = None,
+) -> Job:
+    """Write a Job in the caller's transaction and publish its id once that commits.
+
+    A repeated ``idempotency_key`` returns the existing job instead of a new one.
+    """
+    job = _new_job(
+        task,
+        payload,
+        queue=queue,
+        priority=priority,
+        run_after=run_after,
+        max_attempts=max_attempts,
+        idempotency_key=idempotency_key,
+        now=timezone.now(),
+    )
+    if idempotency_key is not None:
+        existing = Job.objects.filter(idempotency_key=idempotency_key).first()
+        if existing is not None:
+            return existing
+        try:
+            with transaction.atomic():
+                job.save(force_insert=True)
+        except IntegrityError:
+            # A concurrent caller inserted the same key first; theirs is the job.
+            return Job.objects.get(idempotency_key=idempotency_key)
+    else:
+        job.save(force_insert=True)
+    log_job("job.enqueued", job)
+    publish_on_commit([job])
+    return job
+
+
+def enqueue_many(
+    task,
+    payloads: list[dict],
+    *,
+    queue: str | None = None,
+    priority: int = 0,
+    run_after: datetime | None = None,
+    max_attempts: int | None = None,
+    batch_size: int = 1000,
+) -> list[Job]:
+    """Write one job per payload with one bulk INSERT per batch; publish them on commit."""
+    now = timezone.now()
+    template = _new_job(
+        task,
+        None,
+        queue=queue,
+        priority=priority,
+        run_after=run_after,
+        max_attempts=max_attempts,
+        idempotency_key=None,
+        now=now,
+    )
+    jobs = [
+        Job(
+            task=template.task,
+            queue=template.queue,
+            payload=payload,
+            priority=priority,
+            max_attempts=template.max_attempts,
+            run_after=template.run_after,
+            published_at=now,
+            created_at=now,
+            updated_at=now,
+        )
+        for payload in payloads
+    ]
+    jobs = Job.objects.bulk_create(jobs, batch_size=batch_size)
+    if jobs and jobs[0].pk is None:  # backends without RETURNING on bulk insert
+        raise RuntimeError("enqueue_many needs a database that returns primary keys")
+    logger.info(
+        "job.enqueued_many",
+        extra={"task": template.task, "queue": template.queue, "count": len(jobs)},
+    )
+    publish_on_commit(jobs)
+    return jobs

@@ -1,0 +1,82 @@
+"""An operator's actions on jobs: cancel and retry, each recorded in the AuditLog."""
+
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from jobs.errors import IllegalTransition, JobNotFound
+from jobs.models import PENDING, AuditLog, Job
+from jobs.publish import publish_on_commit
+from jobs.services.base import S, log_job
+from jobs.signals import job_cancelled
+from jobs.transitions import transition, update_returning
+
+
+def job_cancel(job_id: int, *, actor: str) -> Job:
+    """Cancel a waiting job at once, or ask a running one to stop (``cancel_requested``).
+
+    A waiting job's cancel sends ``job_cancelled`` in the same transaction, so the app that
+    owns the job (deployments) can follow.
+    """
+    with transaction.atomic():
+        moved = transition(Q(pk=job_id), S.CANCELLED, from_=PENDING)
+        if moved:
+            job = moved[0]
+            log_job("job.cancelled", job, actor=actor)
+            job_cancelled.send(sender=Job, job=job, actor=actor)
+        else:
+            now = timezone.now()
+            rows = update_returning(
+                Job.objects.filter(pk=job_id, status=S.RUNNING),
+                {"cancel_requested_at": now, "updated_at": now},
+            )
+            if not rows:
+                raise _not_found_or_illegal(job_id, "cancel")
+            job = rows[0]
+            log_job("job.cancel_requested", job, actor=actor)
+        AuditLog.objects.create(
+            actor=actor,
+            action="job.cancel",
+            target_type="job",
+            target_id=str(job_id),
+            details={"status": job.status},
+        )
+    return job
+
+
+def job_retry(job_id: int, *, actor: str) -> Job:
+    """Give a dead or cancelled job a fresh attempt budget and queue it again."""
+    now = timezone.now()
+    with transaction.atomic():
+        moved = transition(
+            Q(pk=job_id),
+            S.QUEUED,
+            attempts=0,
+            run_after=now,
+            finished_at=None,
+            started_at=None,
+            cancel_requested_at=None,
+            result=None,
+            published_at=now,
+            publish_count=0,
+        )
+        if not moved:
+            raise _not_found_or_illegal(job_id, "retry")
+        job = moved[0]
+        AuditLog.objects.create(
+            actor=actor,
+            action="job.retry",
+            target_type="job",
+            target_id=str(job_id),
+            details={"task": job.task, "previous_error": job.last_error[:1000]},
+        )
+        log_job("job.retried", job, actor=actor)
+        publish_on_commit([job])
+    return job
+
+
+def _not_found_or_illegal(job_id: int, action: str) -> Exception:
+    status = Job.objects.filter(pk=job_id).values_list("status", flat=True).first()
+    if status is None:
+        return JobNotFound(f"job {job_id} does not exist")
+    return IllegalTransition(f"cannot {action} job {job_id}: it is {status}")
