@@ -21,7 +21,12 @@ class Command(BaseCommand):
             metavar="SLUG",
             help="a project the token may use (repeat for several; not needed for admin)",
         )
-        parser.add_argument("--scope", choices=TokenScope.values, default=TokenScope.DEPLOY)
+        parser.add_argument(
+            "--scope",
+            choices=TokenScope.values,
+            default=None,
+            help="default: deploy with --project, admin without",
+        )
         parser.add_argument(
             "--name", default="", help="what the token is for (default: scope and projects)"
         )
@@ -31,6 +36,7 @@ class Command(BaseCommand):
 
     @transaction.atomic
     def handle(self, *args, project, scope, name, expires_in, **options):
+        scope = scope or (TokenScope.DEPLOY if project else TokenScope.ADMIN)
         projects = list(Project.objects.filter(slug__in=project))
         missing = sorted(set(project) - {p.slug for p in projects})
         if missing:
