@@ -10,6 +10,9 @@ keep-alive), in the same run:
   delivery marked ``delivered``. If deliveries stall for 15 s the sweeper runs once, as
   beat would in production, and ``swept`` counts the jobs it re-sent (normally 0).
 
+Also the SQL statements of one successful delivery, counted in this process around one
+``webhooks.deliver`` call (the worker's hot path: claim, read, record, complete).
+
 The ratio is conveyor / baseline deliveries per second. Settings (environment):
 ``BENCH_DATABASE_URL`` (postgres://postgres@127.0.0.1:5432/conveyor_bench),
 ``BENCH_REDIS_URL`` (redis://127.0.0.1:6379/9), ``BENCH_EVENTS`` (2000, or 300 with
@@ -181,6 +184,24 @@ def conveyor(url: str) -> dict:
     }
 
 
+def statements_per_delivery() -> list[str]:
+    """Run one delivery in this process; return the first word of each SQL statement."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from webhooks import notify
+    from webhooks.models import Delivery
+    from webhooks.tasks import deliver
+
+    event = notify("deployment.succeeded", {"deployment": "statements"})
+    (delivery,) = Delivery.objects.filter(event=event)
+    with CaptureQueriesContext(connection) as queries:
+        deliver(delivery.job_id)
+    if not Delivery.objects.filter(pk=delivery.pk, status="delivered").exists():
+        raise SystemExit("the in-process delivery was not delivered")
+    return [query["sql"].split()[0] for query in queries.captured_queries]
+
+
 def stuck() -> dict:
     """Describe the deliveries and jobs that did not finish, for a failed run."""
     from django.db.models import Count
@@ -213,6 +234,8 @@ def main() -> None:
         finally:
             stop_worker(worker)
         base_seconds = baseline(url, run["bodies"])
+        received = receiver.count
+        statements = statements_per_delivery()  # its message is purged by reset() below
         receiver.shutdown()
         result = {
             "events": EVENTS,
@@ -220,8 +243,10 @@ def main() -> None:
             "conveyor_deliveries_per_s": round(EVENTS / run["deliver_seconds"], 1),
             "baseline_posts_per_s": round(EVENTS / base_seconds, 1),
             "notify_events_per_s": round(EVENTS / run["notify_seconds"], 1),
-            "received": receiver.count,
+            "received": received,
             "swept": run["swept"],
+            "sql_statements_per_delivery": len(statements),
+            "sql_statement_kinds": " + ".join(statements),
         }
         result["ratio"] = round(
             result["conveyor_deliveries_per_s"] / result["baseline_posts_per_s"], 3

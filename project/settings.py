@@ -202,6 +202,7 @@ CONVEYOR_WEBHOOKS_ALLOWED_NETWORKS = env.string("CONVEYOR_WEBHOOKS_ALLOWED_NETWO
 CONVEYOR_WEBHOOK_BACKOFF = env.duration("CONVEYOR_WEBHOOK_BACKOFF", "30s")
 CONVEYOR_WEBHOOK_BACKOFF_MAX = env.duration("CONVEYOR_WEBHOOK_BACKOFF_MAX", "15m")
 CONVEYOR_WEBHOOK_RETRY_AFTER_MAX = env.duration("CONVEYOR_WEBHOOK_RETRY_AFTER_MAX", "15m")
+CONVEYOR_WEBHOOK_RETENTION = env.duration("CONVEYOR_WEBHOOK_RETENTION", "30d")
 CONVEYOR_WORKSPACES_DIR = Path(env.string("CONVEYOR_WORKSPACES_DIR", str(VAR_DIR / "workspaces")))
 
 # --- Logging: one JSON object per line on stdout -----------------------------------------
@@ -247,6 +248,11 @@ CONVEYOR_PERIODIC_TASKS = [
     (
         "conveyor: purge old deployment logs",
         "maintenance.purge_deployment_logs",
+        CONVEYOR_PURGE_INTERVAL,
+    ),
+    (
+        "conveyor: purge old webhook deliveries",
+        "maintenance.purge_webhooks",
         CONVEYOR_PURGE_INTERVAL,
     ),
 ]

@@ -12,6 +12,7 @@ Setting                                Default  Meaning
 ``CONVEYOR_WEBHOOK_BACKOFF``           30s      retry n waits up to backoff × 2^(n-1) (jitter)
 ``CONVEYOR_WEBHOOK_BACKOFF_MAX``       15m      cap on one backoff delay
 ``CONVEYOR_WEBHOOK_RETRY_AFTER_MAX``   15m      cap on a receiver's ``Retry-After``
+``CONVEYOR_WEBHOOK_RETENTION``         30d      finished deliveries and old events kept this long
 =====================================  =======  ==============================================
 """
 
@@ -26,6 +27,8 @@ from django.core.exceptions import ImproperlyConfigured
 SECRET_OVERLAP = timedelta(hours=24)
 # How much of a receiver's response body an attempt keeps.
 RESPONSE_EXCERPT_BYTES = 4096
+# A shorter retention would purge dead deliveries before an operator could replay them.
+MIN_RETENTION = timedelta(hours=1)
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -41,6 +44,7 @@ class WebhookSettings:
     backoff: int
     backoff_max: int
     retry_after_max: int
+    retention: timedelta
 
 
 def parse_networks(raw: str) -> tuple[Network, ...]:
@@ -67,6 +71,7 @@ def get() -> WebhookSettings:
         backoff=int(settings.CONVEYOR_WEBHOOK_BACKOFF.total_seconds()),
         backoff_max=int(settings.CONVEYOR_WEBHOOK_BACKOFF_MAX.total_seconds()),
         retry_after_max=int(settings.CONVEYOR_WEBHOOK_RETRY_AFTER_MAX.total_seconds()),
+        retention=settings.CONVEYOR_WEBHOOK_RETENTION,
     )
 
 
@@ -77,6 +82,8 @@ def validate() -> None:
         raise ImproperlyConfigured("CONVEYOR_WEBHOOK_TIMEOUT must be above zero")
     if conf.backoff < 1:
         raise ImproperlyConfigured("CONVEYOR_WEBHOOK_BACKOFF must be at least 1s")
+    if conf.retention < MIN_RETENTION:
+        raise ImproperlyConfigured("CONVEYOR_WEBHOOK_RETENTION must be at least 1h")
     # Principle 4: a delay held by a worker must stay below the broker's redelivery horizon.
     ceiling = settings.CONVEYOR_RETRY_BACKOFF_MAX
     for name, value in (

@@ -23,7 +23,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from jobs.models import Job
-from webhooks import conf, ssrf, transport
+from webhooks import conf, ssrf, statements, transport
 from webhooks.errors import UnsafeURL
 from webhooks.models import (
     AttemptOutcome,
@@ -33,10 +33,11 @@ from webhooks.models import (
     DisabledBy,
     Endpoint,
 )
+from webhooks.selectors import Outgoing, outgoing_get
 from webhooks.services import endpoint_disable_automatically
 from webhooks.signing import active_secrets, signature_headers
 from webhooks.topics import TEST_TOPIC
-from webhooks.transitions import delivery_move
+from webhooks.transitions import delivery_move, delivery_move_update
 
 logger = logging.getLogger("webhooks")
 Outcome = AttemptOutcome
@@ -87,21 +88,20 @@ def delivery_attempt(delivery_id: int, *, job: Job) -> AttemptResult:
     A delivery that is no longer pending is left alone; one whose endpoint was disabled
     meanwhile is marked ``skipped`` (test deliveries are sent regardless).
     """
-    delivery = Delivery.objects.select_related("event", "endpoint").filter(pk=delivery_id).first()
-    if delivery is None or delivery.status != S.PENDING:
+    outgoing = outgoing_get(delivery_id=delivery_id)
+    if outgoing is None or outgoing.status != S.PENDING:
         return AttemptResult(outcome="skipped", error="delivery is not pending")
-    endpoint, event = delivery.endpoint, delivery.event
-    if not endpoint.enabled and event.type != TEST_TOPIC:
-        delivery_move(Q(pk=delivery.pk), S.SKIPPED, from_=[S.PENDING])
+    if not outgoing.enabled and outgoing.topic != TEST_TOPIC:
+        delivery_move(Q(pk=delivery_id), S.SKIPPED, from_=[S.PENDING])
         return AttemptResult(outcome="skipped", error="endpoint is disabled")
     started = timezone.now()
-    result, response, address = _send(endpoint, event, started)
-    _record(delivery, job=job, started=started, result=result, response=response, address=address)
+    result, response, address = _send(outgoing, started)
+    _record(outgoing, job=job, started=started, result=result, response=response, address=address)
     logger.info(
         "webhook.attempt",
         extra={
-            "delivery_id": delivery.pk,
-            "endpoint_id": endpoint.pk,
+            "delivery_id": delivery_id,
+            "endpoint_id": outgoing.endpoint_id,
             "job_id": job.pk,
             "attempt": job.attempts,
             "outcome": str(result.outcome),
@@ -113,19 +113,19 @@ def delivery_attempt(delivery_id: int, *, job: Job) -> AttemptResult:
     return result
 
 
-def _send(endpoint: Endpoint, event, started: datetime):
+def _send(outgoing: Outgoing, started: datetime):
     """POST the event to the endpoint; return (result, response or None, address or None)."""
     settings = conf.get()
-    body = event.body.encode()
+    body = outgoing.body.encode()
     headers = signature_headers(
-        active_secrets(endpoint, started),
-        message_id=event.message_id,
-        topic=event.type,
+        active_secrets(outgoing, started),
+        message_id=outgoing.message_id,
+        topic=outgoing.topic,
         timestamp=int(started.timestamp()),
         body=body,
     )
     try:
-        target, address = ssrf.guard(endpoint.url)
+        target, address = ssrf.guard(outgoing.url)
     except UnsafeURL as exc:
         return AttemptResult(outcome=Outcome.REFUSED, error=str(exc)), None, None
     except (OSError, UnicodeError) as exc:  # DNS failures are usually temporary
@@ -177,41 +177,55 @@ def _status_error(response: transport.Response) -> str:
     return error
 
 
-def _record(delivery: Delivery, *, job: Job, started, result, response, address) -> None:
-    """Write the attempt row and bring the delivery (and endpoint) up to date, atomically."""
+def _record(outgoing: Outgoing, *, job: Job, started, result, response, address) -> None:
+    """Write the attempt row and bring the delivery (and endpoint) up to date, atomically.
+
+    One statement on PostgreSQL (``webhooks.statements``): with the job's claim, the read of
+    the delivery and the job's completion, a delivery costs four round trips. The delivery
+    row is the main statement, so it is locked before the endpoint row, in the order
+    ``delivery_mark_dead()`` locks them.
+    """
     now = timezone.now()
-    with transaction.atomic():
-        DeliveryAttempt.objects.create(
-            delivery=delivery,
-            job_id=job.pk,
-            number=job.attempts,
-            started_at=started,
-            address=str(address) if address is not None else None,
-            status_code=result.status_code,
-            latency_ms=response.latency_ms if response else None,
-            response_body=response.body.decode("utf-8", "replace") if response else "",
-            error=result.error,
-            outcome=result.outcome,
+    attempt = DeliveryAttempt(
+        delivery_id=outgoing.delivery_id,
+        job_id=job.pk,
+        number=job.attempts,
+        started_at=started,
+        address=str(address) if address is not None else None,
+        status_code=result.status_code,
+        latency_ms=response.latency_ms if response else None,
+        response_body=response.body.decode("utf-8", "replace") if response else "",
+        error=result.error,
+        outcome=result.outcome,
+    )
+    last = {
+        "last_status_code": result.status_code,
+        "last_error": result.error,
+        "last_attempt_at": now,
+    }
+    writes = [statements.insert(attempt)]
+    if result.outcome == Outcome.DELIVERED:
+        if outgoing.topic != TEST_TOPIC:
+            reset = Endpoint.objects.filter(pk=outgoing.endpoint_id, consecutive_dead__gt=0)
+            writes.append(statements.update(reset, {"consecutive_dead": 0}))
+        move = delivery_move_update(
+            Q(pk=outgoing.delivery_id), S.DELIVERED, from_=[S.PENDING], delivered_at=now, **last
         )
-        last = {
-            "last_status_code": result.status_code,
-            "last_error": result.error,
-            "last_attempt_at": now,
-        }
-        if result.outcome == Outcome.DELIVERED:
-            delivery_move(
-                Q(pk=delivery.pk), S.DELIVERED, from_=[S.PENDING], delivered_at=now, **last
+        writes.append(statements.update(*move))
+    else:
+        writes.append(
+            statements.update(
+                Delivery.objects.filter(pk=outgoing.delivery_id), {"updated_at": now, **last}
             )
-            if delivery.event.type != TEST_TOPIC:
-                Endpoint.objects.filter(pk=delivery.endpoint_id, consecutive_dead__gt=0).update(
-                    consecutive_dead=0
-                )
-        else:
-            Delivery.objects.filter(pk=delivery.pk).update(updated_at=now, **last)
-        if result.outcome == Outcome.GONE:
-            endpoint_disable_automatically(
-                delivery.endpoint_id,
-                by=DisabledBy.GONE,
-                reason=f"the receiver answered 410 Gone to delivery {delivery.pk} at "
-                f"{now.isoformat(timespec='seconds')}",
-            )
+        )
+    if result.outcome != Outcome.GONE:
+        statements.execute_together(writes)
+        return
+    with transaction.atomic():
+        statements.execute_together(writes)
+        endpoint_disable_automatically(
+            outgoing.endpoint_id,
+            by=DisabledBy.GONE,
+            reason=f"the receiver answered 410 Gone to delivery {outgoing.delivery_id} at "
+            f"{now.isoformat(timespec='seconds')}",
+        )

@@ -1,4 +1,4 @@
-"""The ``webhooks.deliver`` task: one attempt per run, retried by the job engine.
+"""The ``webhooks.deliver`` task (one attempt per run, retried by the job engine) and purge.
 
 Retries are Celery's ``autoretry_for`` with exponential backoff and full jitter
 (``CONVEYOR_WEBHOOK_BACKOFF`` × 2^n, capped at ``CONVEYOR_WEBHOOK_BACKOFF_MAX``); a
@@ -14,6 +14,7 @@ from jobs.task import JobContext, JobTask
 from webhooks import conf
 from webhooks.delivery import delivery_attempt
 from webhooks.dispatch import DELIVER_TASK
+from webhooks.maintenance.purge import purge_webhooks as purge
 from webhooks.models import AttemptOutcome
 
 _settings = conf.get()
@@ -49,3 +50,9 @@ def deliver(self, ctx: JobContext):
             self.retry(exc=failure, countdown=result.retry_after)
         raise failure
     raise Permanent(result.error)
+
+
+@shared_task(name="maintenance.purge_webhooks", ignore_result=True)
+def purge_webhooks() -> dict:
+    """Delete finished deliveries and orphaned events past retention (webhooks.maintenance)."""
+    return vars(purge())

@@ -2,7 +2,7 @@
 
 from collections.abc import Iterable
 
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from webhooks.errors import DeliveryConflict
@@ -22,9 +22,21 @@ def delivery_move(
     ``from_`` narrows the allowed sources; naming one TRANSITIONS does not allow raises
     DeliveryConflict. Zero means a lost race or a move the current status does not allow.
     """
+    queryset, changes = delivery_move_update(where, to, from_=from_, **changes)
+    return queryset.update(**changes)
+
+
+def delivery_move_update(
+    where: Q, to: DeliveryStatus, *, from_: Iterable[str] | None = None, **changes
+) -> tuple[QuerySet, dict]:
+    """Return ``delivery_move()``'s guarded UPDATE without running it: (queryset, changes).
+
+    For a caller that sends the move in one statement with other writes
+    (``webhooks.statements``); the checks are the same and happen here.
+    """
     allowed = sources_of(to)
     sources = allowed if from_ is None else frozenset(from_)
     if not sources or not sources <= allowed:
         raise DeliveryConflict(f"{sorted(sources - allowed)} -> {to} is not allowed")
     changes.setdefault("updated_at", timezone.now())
-    return Delivery.objects.filter(where, status__in=sources).update(status=to, **changes)
+    return Delivery.objects.filter(where, status__in=sources), {"status": to, **changes}

@@ -14,6 +14,7 @@ def test_defaults_are_the_documented_ones():
     assert (settings.disable_after, settings.allow_private) == (10, False)
     assert settings.allowed_networks == ()
     assert (settings.backoff, settings.backoff_max, settings.retry_after_max) == (30, 900, 900)
+    assert settings.retention == timedelta(days=30)
 
 
 def test_allowed_networks_parse_and_a_bad_one_is_refused():
@@ -32,6 +33,7 @@ def test_allowed_networks_parse_and_a_bad_one_is_refused():
         ("CONVEYOR_WEBHOOK_RETRY_AFTER_MAX", timedelta(hours=1)),
         ("CONVEYOR_WEBHOOK_BACKOFF", timedelta(seconds=0.5)),
         ("CONVEYOR_WEBHOOK_TIMEOUT", timedelta(0)),
+        ("CONVEYOR_WEBHOOK_RETENTION", timedelta(minutes=59)),
     ],
 )
 def test_values_that_cannot_work_are_refused_at_start_up(settings, name, value):

@@ -1,0 +1,39 @@
+"""The ``webhooks.deliver`` task in this process: what one delivery costs the database."""
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from jobs.models import JobStatus
+from webhooks import notify, services
+from webhooks.models import AttemptOutcome, Delivery, DeliveryStatus, Endpoint
+from webhooks.tasks import deliver
+
+pytestmark = pytest.mark.usefixtures("allow_private")
+
+
+@pytest.mark.django_db(transaction=True)  # autocommit, as in a worker: BEGIN/COMMIT counted
+def test_a_successful_delivery_costs_four_sql_statements(receiver):
+    endpoint = services.endpoint_create(url=receiver.url(), topics=["job.dead"])
+    Endpoint.objects.filter(pk=endpoint.pk).update(consecutive_dead=3)
+    (delivery,) = notify("job.dead", {"job_id": 1}).deliveries.all()
+
+    with CaptureQueriesContext(connection) as queries:
+        deliver(delivery.job_id)
+
+    statements = [(q["sql"].split()[0], q["sql"]) for q in queries.captured_queries]
+    # The job's claim, the read of delivery + event + endpoint, the attempt row written with
+    # the delivery's move and the endpoint's reset in one statement, the job's completion.
+    assert [kind for kind, _ in statements] == ["UPDATE", "SELECT", "WITH", "UPDATE"]
+    assert '"jobs_job"' in statements[0][1] and '"jobs_job"' in statements[3][1]
+    record = statements[2][1]
+    for table in ("webhooks_deliveryattempt", "webhooks_endpoint", "webhooks_delivery"):
+        assert f'"{table}"' in record
+
+    delivery = Delivery.objects.select_related("job").get(pk=delivery.pk)
+    assert delivery.status == DeliveryStatus.DELIVERED and delivery.delivered_at is not None
+    assert delivery.last_status_code == 200 and delivery.job.status == JobStatus.SUCCEEDED
+    (attempt,) = delivery.attempts.all()
+    assert attempt.outcome == AttemptOutcome.DELIVERED and attempt.number == 1
+    assert Endpoint.objects.get(pk=endpoint.pk).consecutive_dead == 0
+    assert len(receiver.received()) == 1

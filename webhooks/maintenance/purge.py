@@ -1,0 +1,107 @@
+"""Webhook purge: delete finished deliveries, their attempts and orphaned events past retention.
+
+What goes, with ``cutoff = now - CONVEYOR_WEBHOOK_RETENTION`` (default 30d):
+
+* a delivery that is ``delivered``, ``dead`` or ``skipped`` and last changed (``updated_at``:
+  its last status move or attempt) before the cutoff, with all its attempts. A delivery
+  replayed recently is kept, however old it is;
+* an event created before the cutoff that no delivery refers to any more (all of its
+  deliveries were purged, its endpoints were deleted, or no endpoint subscribed to it).
+
+A ``pending`` delivery is never deleted, however old: its job is still queued, running or
+retrying, or it is stuck and an operator will replay it. Its event and attempts stay too.
+
+How: at most 1,000 rows per DELETE, until a batch comes back short. Each batch of
+deliveries is one transaction that locks its rows first (``FOR UPDATE SKIP LOCKED``), so a
+replay (which locks the delivery too) either waits and then finds the delivery gone, or
+moved it to ``pending`` first and the purge passes it by. The batch's attempts go first,
+at most 1,000 per statement, then the deliveries. The filters run on the
+``(status, created_at)`` index of deliveries (``updated_at`` is never before
+``created_at``) and on the ``created_at`` index of events. Jobs are not touched: the job
+purge (``maintenance.purge_jobs``) removes finished jobs on its own retention.
+
+Runs every ``CONVEYOR_PURGE_INTERVAL`` (default 1h) as ``maintenance.purge_webhooks``.
+Logs one ``maintenance.webhook_purge`` line with the counts.
+"""
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db import transaction
+from django.db.models import Exists, OuterRef, QuerySet
+from django.utils import timezone
+
+from webhooks import conf
+from webhooks.models import Delivery, DeliveryAttempt, DeliveryStatus, Event
+
+logger = logging.getLogger("webhooks.maintenance")
+BATCH_SIZE = 1000
+# Final until an operator replays them; PENDING is deliberately absent.
+FINISHED = (DeliveryStatus.DELIVERED, DeliveryStatus.DEAD, DeliveryStatus.SKIPPED)
+
+
+@dataclass(frozen=True)
+class WebhookPurgeResult:
+    deliveries: int = 0
+    attempts: int = 0
+    events: int = 0
+
+
+def finished_deliveries(cutoff: datetime) -> QuerySet[Delivery]:
+    """Return the finished deliveries last changed before ``cutoff``."""
+    return Delivery.objects.filter(
+        status__in=FINISHED, created_at__lt=cutoff, updated_at__lt=cutoff
+    ).order_by()
+
+
+def orphaned_events(cutoff: datetime) -> QuerySet[Event]:
+    """Return the events created before ``cutoff`` that no delivery refers to."""
+    return (
+        Event.objects.filter(created_at__lt=cutoff)
+        .filter(~Exists(Delivery.objects.filter(event=OuterRef("pk"))))
+        .order_by()
+    )
+
+
+def purge_webhooks(now: datetime | None = None, batch_size: int = BATCH_SIZE) -> WebhookPurgeResult:
+    """Delete finished deliveries, their attempts and orphaned events past retention."""
+    cutoff = (now or timezone.now()) - conf.get().retention
+    deliveries = attempts = 0
+    while True:
+        with transaction.atomic():
+            ids = list(
+                finished_deliveries(cutoff)
+                .select_for_update(skip_locked=True)
+                .values_list("pk", flat=True)[:batch_size]
+            )
+            attempts += delete_in_batches(
+                DeliveryAttempt.objects.filter(delivery_id__in=ids), batch_size
+            )
+            deliveries += _delete(finished_deliveries(cutoff).filter(pk__in=ids))
+        if len(ids) < batch_size:
+            break
+    events = delete_in_batches(orphaned_events(cutoff), batch_size)
+    result = WebhookPurgeResult(deliveries=deliveries, attempts=attempts, events=events)
+    logger.info("maintenance.webhook_purge", extra=vars(result))
+    return result
+
+
+def delete_in_batches(queryset: QuerySet, batch_size: int = BATCH_SIZE) -> int:
+    """Delete the rows of ``queryset`` ``batch_size`` at a time; return how many went.
+
+    Each DELETE applies the queryset's filter again, so a row that stopped matching
+    between the two statements is kept.
+    """
+    deleted = 0
+    while True:
+        ids = list(queryset.values_list("pk", flat=True)[:batch_size])
+        if ids:
+            deleted += _delete(queryset.filter(pk__in=ids))
+        if len(ids) < batch_size:
+            return deleted
+
+
+def _delete(queryset: QuerySet) -> int:
+    """Delete ``queryset``; return how many rows of its own model went (not cascades)."""
+    return queryset.delete()[1].get(queryset.model._meta.label, 0)
