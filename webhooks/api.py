@@ -10,7 +10,7 @@ from jobs.auth import actor, require_scope
 from jobs.models import TokenScope
 from project.pagination import DEFAULT_LIMIT, MAX_LIMIT, paginate
 from webhooks import selectors, services
-from webhooks.models import Delivery, DeliveryStatus
+from webhooks.models import DeliveryStatus
 
 router = Router(tags=["webhooks"])
 
@@ -187,11 +187,7 @@ def replay_since(request: HttpRequest, endpoint_id: int, payload: ReplayIn):
 @router.get("/webhooks/deliveries", response=list[DeliveryOut], summary="Deliveries, newest first")
 def list_deliveries(request: HttpRequest, response: HttpResponse, filters: Query[DeliveryFilters]):
     _admin(request)
-    deliveries = Delivery.objects.select_related("event")
-    if filters.endpoint:
-        deliveries = deliveries.filter(endpoint_id=filters.endpoint)
-    if filters.status:
-        deliveries = deliveries.filter(status=filters.status)
+    deliveries = selectors.delivery_list(endpoint_id=filters.endpoint, status=filters.status)
     return paginate(request, response, deliveries, limit=filters.limit, before=filters.before)
 
 

@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from deployments import conf
 from deployments.models import Deployment, LogChunk
+from jobs.maintenance.purge import delete_in_batches
 
 logger = logging.getLogger("deployments.maintenance")
 BATCH_SIZE = 1000
@@ -40,24 +41,12 @@ def purge_logs(now: datetime | None = None) -> LogPurgeResult:
             .values_list("pk", flat=True)[:DEPLOYMENTS_PER_ROUND]
         )
         for deployment_id in ids:
-            chunks += _delete_chunks(deployment_id)
+            chunks += delete_in_batches(
+                LogChunk.objects.filter(deployment_id=deployment_id), BATCH_SIZE
+            )
         deployments += len(ids)
         if len(ids) < DEPLOYMENTS_PER_ROUND:
             break
     result = LogPurgeResult(deployments=deployments, chunks=chunks)
     logger.info("maintenance.log_purge", extra=vars(result))
     return result
-
-
-def _delete_chunks(deployment_id: int) -> int:
-    deleted = 0
-    while True:
-        batch = list(
-            LogChunk.objects.filter(deployment_id=deployment_id).values_list("pk", flat=True)[
-                :BATCH_SIZE
-            ]
-        )
-        if batch:
-            deleted += LogChunk.objects.filter(pk__in=batch).delete()[0]
-        if len(batch) < BATCH_SIZE:
-            return deleted

@@ -33,12 +33,18 @@ class PurgeResult:
 
 
 def delete_in_batches(queryset, batch_size: int = BATCH_SIZE) -> int:
-    """Delete the rows of ``queryset`` ``batch_size`` at a time; return how many went."""
+    """Delete the rows of ``queryset`` ``batch_size`` at a time; return how many went.
+
+    Each DELETE applies the queryset's filter again, so a row that stopped matching between
+    the two statements (a job retried meanwhile) is kept. Rows deleted by cascade are not
+    counted.
+    """
     deleted = 0
+    label = queryset.model._meta.label
     while True:
         ids = list(queryset.values_list("pk", flat=True)[:batch_size])
         if ids:
-            deleted += queryset.model.objects.filter(pk__in=ids).delete()[0]
+            deleted += queryset.filter(pk__in=ids).delete()[1].get(label, 0)
         if len(ids) < batch_size:
             return deleted
 

@@ -32,6 +32,7 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef, QuerySet
 from django.utils import timezone
 
+from jobs.maintenance.purge import delete_in_batches
 from webhooks import conf
 from webhooks.models import Delivery, DeliveryAttempt, DeliveryStatus, Event
 
@@ -85,21 +86,6 @@ def purge_webhooks(now: datetime | None = None, batch_size: int = BATCH_SIZE) ->
     result = WebhookPurgeResult(deliveries=deliveries, attempts=attempts, events=events)
     logger.info("maintenance.webhook_purge", extra=vars(result))
     return result
-
-
-def delete_in_batches(queryset: QuerySet, batch_size: int = BATCH_SIZE) -> int:
-    """Delete the rows of ``queryset`` ``batch_size`` at a time; return how many went.
-
-    Each DELETE applies the queryset's filter again, so a row that stopped matching
-    between the two statements is kept.
-    """
-    deleted = 0
-    while True:
-        ids = list(queryset.values_list("pk", flat=True)[:batch_size])
-        if ids:
-            deleted += _delete(queryset.filter(pk__in=ids))
-        if len(ids) < batch_size:
-            return deleted
 
 
 def _delete(queryset: QuerySet) -> int:
