@@ -1,13 +1,11 @@
 """Follow the job engine's signals for ``deployments.run`` jobs.
 
-A dead job fails its deployment: the worker was lost (or the runner crashed). A waiting job
-an operator cancelled in the jobs API or admin cancels its pending deployment.
-
-``jobs`` buries a ``deployments.run`` job as ``dead`` when its worker process died under it
-(at once, from the worker's parent process) or when its lease expired (the reaper), and
-sends ``job_dead`` inside that same transaction. The job has ``max_attempts = 1``, so it is
-never re-run; here the deployment becomes ``failed`` with ``worker_lost`` and announces it,
-in the same transaction as the burial.
+A dead job fails its deployment, with a failure reason that follows the job's typed reason:
+its worker process died under it or its lease expired → ``worker_lost``; it went past its
+hard time limit → ``timed_out``; anything else (the runner crashed) → ``internal_error``.
+The job has ``max_attempts = 1``, so it is never re-run; ``job_dead`` is sent inside the
+transaction that buried the job, so the deployment fails in that same transaction. A waiting
+job an operator cancelled in the jobs API or admin cancels its pending deployment.
 """
 
 import logging
@@ -18,26 +16,30 @@ from django.dispatch import receiver
 from deployments import lifecycle
 from deployments.models import Deployment, DeploymentStatus, FailureReason
 from deployments.services import RUN_TASK
+from jobs.models import JobReason
 from jobs.signals import job_cancelled, job_dead
 
 logger = logging.getLogger("deployments")
-LOST_PREFIX = "worker lost"
+FAILURE_OF_DEAD_JOB = {
+    JobReason.WORKER_LOST: FailureReason.WORKER_LOST,
+    JobReason.LEASE_EXPIRED: FailureReason.WORKER_LOST,
+    JobReason.TIME_LIMIT: FailureReason.TIMED_OUT,
+}
 
 
 @receiver(job_dead, dispatch_uid="deployments.fail_deployment_of_dead_job")
-def fail_deployment_of_dead_job(sender, job, **kwargs) -> None:
+def fail_deployment_of_dead_job(sender, job, reason: JobReason, **kwargs) -> None:
     """Fail the deployment of a dead ``deployments.run`` job, if it had not ended."""
     if job.task != RUN_TASK:
         return
     deployment_id = (job.payload or {}).get("deployment_id")
     if deployment_id is None:
         return
-    lost = job.last_error.startswith(LOST_PREFIX)
-    reason = FailureReason.WORKER_LOST if lost else FailureReason.INTERNAL_ERROR
+    failure = FAILURE_OF_DEAD_JOB.get(reason, FailureReason.INTERNAL_ERROR)
     try:
         with transaction.atomic():  # a savepoint: a failure here must not undo the burial
             lifecycle.fail_lost(
-                int(deployment_id), job_id=job.pk, reason=reason, error=job.last_error
+                int(deployment_id), job_id=job.pk, reason=failure, error=job.last_error
             )
     except Exception:
         logger.exception(

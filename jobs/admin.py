@@ -3,9 +3,9 @@
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.utils import timezone
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 
-from jobs import services, tokens
+from jobs import attempts, services, tokens
 from jobs.errors import IllegalTransition, JobNotFound
 from jobs.models import FINISHED, ApiToken, AuditLog, Job, JobStatus, Notification
 
@@ -27,6 +27,10 @@ def _run_for_each(modeladmin, request, queryset: QuerySet, action, verb: str) ->
         )
 
 
+def _second(when) -> str:
+    return when.strftime("%Y-%m-%d %H:%M:%S") if when else "—"
+
+
 @admin.register(Job)
 class JobAdmin(admin.ModelAdmin):
     list_display = (
@@ -35,19 +39,22 @@ class JobAdmin(admin.ModelAdmin):
         "queue",
         "colored_status",
         "attempts_display",
+        "reason",
         "run_after",
         "created_at",
         "finished_at",
         "short_error",
     )
-    list_filter = ("status", "queue", "task")
+    list_filter = ("status", "reason", "queue", "task")
     search_fields = ("=id", "task", "idempotency_key", "last_error")
     date_hierarchy = "created_at"
     ordering = ("-id",)
     list_per_page = 50
     show_full_result_count = False  # counting millions of rows on every page load is slow
     actions = ("retry_jobs", "cancel_jobs")
-    readonly_fields = [f.name for f in Job._meta.fields]
+    readonly_fields = [f.name for f in Job._meta.fields if f.name != "attempts_history"] + [
+        "attempt_history"
+    ]
 
     def has_add_permission(self, request) -> bool:
         return False
@@ -68,6 +75,32 @@ class JobAdmin(admin.ModelAdmin):
     @admin.display(description="attempts")
     def attempts_display(self, job: Job) -> str:
         return f"{job.attempts}/{job.max_attempts}"
+
+    @admin.display(description="attempt history")
+    def attempt_history(self, job: Job):
+        rows = format_html_join(
+            "",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{} {}</td><td>{}</td></tr>",
+            (
+                (
+                    entry["attempt"],
+                    entry["worker"],
+                    _second(entry["started_at"]),
+                    _second(entry["finished_at"]),
+                    entry["outcome"],
+                    f"({entry['reason']})" if entry["reason"] else "",
+                    attempts.describe(entry["error"]),
+                )
+                for entry in reversed(attempts.history(job))
+            ),
+        )
+        if not rows:
+            return "no finished attempt yet"
+        return format_html(
+            "<table><thead><tr><th>#</th><th>worker</th><th>started</th><th>finished</th>"
+            "<th>outcome</th><th>error</th></tr></thead><tbody>{}</tbody></table>",
+            rows,
+        )
 
     @admin.display(description="last error")
     def short_error(self, job: Job) -> str:

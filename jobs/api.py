@@ -1,18 +1,36 @@
 """REST endpoints of the job engine: the queue overview and jobs (admin scope)."""
 
 from datetime import datetime
+from typing import Literal
 
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404
 from ninja import Field, Query, Router, Schema, Status
 
 from jobs import services
+from jobs.attempts import history
 from jobs.auth import actor, require_scope
-from jobs.models import Job, JobStatus, TokenScope
+from jobs.models import Job, JobReason, JobStatus, TokenScope
 from jobs.selectors import queue_stats
 from project.pagination import DEFAULT_LIMIT, MAX_LIMIT, paginate
 
 router = Router(tags=["jobs"])
+
+
+class AttemptError(Schema):
+    class_path: str
+    message: str
+    traceback: str
+
+
+class AttemptOut(Schema):
+    attempt: int | None
+    worker: str
+    started_at: datetime | None
+    finished_at: datetime | None
+    outcome: str
+    reason: str
+    error: AttemptError | None
 
 
 class JobOut(Schema):
@@ -26,6 +44,8 @@ class JobOut(Schema):
     payload: dict
     result: object | None
     last_error: str
+    reason: JobReason | Literal[""]
+    attempts_history: list[AttemptOut]
     run_after: datetime
     lease_expires_at: datetime | None
     locked_by: str
@@ -33,6 +53,10 @@ class JobOut(Schema):
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+
+    @staticmethod
+    def resolve_attempts_history(job: Job) -> list[dict]:
+        return history(job)
 
 
 class RecentJob(Schema):

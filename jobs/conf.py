@@ -15,6 +15,8 @@ class JobSettings:
     sweeper_grace: timedelta
     completed_retention: timedelta
     dead_retention: timedelta
+    batch_size: int
+    log_success: bool
 
 
 def get() -> JobSettings:
@@ -26,6 +28,8 @@ def get() -> JobSettings:
         sweeper_grace=settings.CONVEYOR_SWEEPER_GRACE,
         completed_retention=settings.CONVEYOR_PURGE_COMPLETED_RETENTION,
         dead_retention=settings.CONVEYOR_PURGE_DEAD_RETENTION,
+        batch_size=settings.CONVEYOR_BATCH_SIZE,
+        log_success=settings.CONVEYOR_JOB_LOG_SUCCESS,
     )
 
 

@@ -1,31 +1,28 @@
-"""The dead-letter path: Celery's ``task_failure`` signal, handled for JobTask tasks.
+"""Runs lost with their worker process: Celery's ``task_failure`` signal, for JobTask tasks.
 
-``task_failure`` fires in two places, and both end here:
-
-* in the pool child, when a body raised ``Permanent``, an error its task does not retry, or
-  a retryable error after the job's attempts were spent: the job is buried (``dead``);
-* in the worker's parent process, when the child died under the job (``kill -9``, the OOM
-  killer, a hard time limit: ``WorkerLostError`` / ``TimeLimitExceeded``). Celery has already
-  acknowledged the message, so the broker will never deliver it again. The attempt was
-  counted at claim time, so the job goes back to ``retrying`` and is re-published, or is
-  buried once its attempts are spent: a poison job that kills its worker ends ``dead``.
+A job body's own exceptions never reach Celery (JobTask hands them to jobs.outcome). What
+does is a pool child that died under a message (``kill -9``, the OOM killer) or went past
+its hard time limit: Celery reports ``WorkerLostError`` / ``TimeLimitExceeded`` from the
+worker's parent process, and has already acknowledged the message, so the broker will never
+deliver it again. Here every job of that message is recovered at once: the one the child was
+running goes through jobs.outcome (retrying, or dead once its attempts are spent; the attempt
+was counted at claim), and the ones of a batch it had not reached yet are published again.
 """
 
 import logging
-import random
 
 from billiard.exceptions import TimeLimitExceeded, WorkerLostError
 from celery import signals
 from django.db import close_old_connections
 from django.db.models import Q
+from django.utils import timezone
 
-from jobs import services
-from jobs.models import Job, JobStatus
+from jobs import outcome
+from jobs.models import PENDING, Job, JobStatus
 from jobs.publish import publish
 from jobs.task import JobTask
 
 logger = logging.getLogger("jobs")
-LOST_WORKER_ERRORS = (WorkerLostError, TimeLimitExceeded)
 _node = {"name": ""}
 
 
@@ -37,39 +34,34 @@ def _remember_node_name(sender=None, **kwargs) -> None:
 
 @signals.task_failure.connect
 def on_task_failure(sender=None, task_id=None, exception=None, args=None, **kwargs) -> None:
-    """Bury a failed job, or re-queue it when its worker process was lost under it."""
+    """Recover the jobs of a message whose pool child was lost or hit its hard time limit."""
     if not isinstance(sender, JobTask) or not args:
         return
-    close_old_connections()
-    job_id = int(args[0])
-    ctx = getattr(sender.request, "job_context", None)
-    if ctx is not None and ctx.job.pk == job_id:  # in the pool child: exactly this run
-        this_worker = Q(
-            pk=job_id,
-            status=JobStatus.RUNNING,
-            attempts=ctx.job.attempts,
-            locked_by=ctx.job.locked_by,
+    if isinstance(exception, TimeLimitExceeded):
+        kind = outcome.Happened.TIME_LIMIT
+    elif isinstance(exception, WorkerLostError):
+        kind = outcome.Happened.WORKER_LOST
+    else:  # raised outside a body (a claim that failed): the sweeper re-sends the job
+        logger.warning(
+            "job.task_error", extra={"task": sender.name, "error": repr(exception)[:300]}
         )
-    else:  # in the parent: whichever run of this job a child of this worker held
-        node = _node["name"] or getattr(sender.request, "hostname", "") or ""
-        this_worker = Q(pk=job_id, status=JobStatus.RUNNING, locked_by__startswith=f"{node}/")
-    error = f"{exception.__class__.__name__}: {exception}"
-    if isinstance(exception, LOST_WORKER_ERRORS):
-        _on_lost_worker(sender, this_worker, error=f"worker lost: {error}")
-    else:
-        services.job_bury(this_worker, error=error)
+        return
+    close_old_connections()
+    ids = args[0] if isinstance(args[0], list) else [args[0]]
+    recover_message(sender, [int(i) for i in ids], kind=kind, exc=exception)
 
 
-def _on_lost_worker(task: JobTask, this_worker: Q, *, error: str) -> None:
-    job = Job.objects.filter(this_worker).first()
-    if job is None:
-        return
-    if job.attempts >= job.max_attempts:
-        services.job_bury(Q(pk=job.pk, attempts=job.attempts), error=error)
-        return
-    delay = random.uniform(
-        0, min(task.retry_backoff * 2 ** max(0, job.attempts - 1), task.retry_backoff_max)
+def recover_message(task: JobTask, job_ids: list[int], *, kind, exc=None) -> None:
+    """End the run this worker held among ``job_ids``; publish the unclaimed ones again."""
+    node = _node["name"] or getattr(task.request, "hostname", "") or ""
+    running = Job.objects.filter(
+        pk__in=job_ids, status=JobStatus.RUNNING, locked_by__startswith=f"{node}/"
     )
-    moved = services.job_retry_later(job, error=error, delay=delay)
-    if moved is not None:
-        publish([moved])
+    message = f"{exc.__class__.__name__}: {exc}" if exc is not None else kind.value
+    for job in running:
+        decision = outcome.decide(outcome.Event.lost(kind, message, exc), job, task)
+        outcome.apply(decision, job, where=Q(status=JobStatus.RUNNING))
+    due = Q(pk__in=job_ids, status__in=PENDING, run_after__lte=timezone.now())
+    waiting = list(Job.objects.filter(due))
+    if waiting:
+        publish(waiting)

@@ -19,3 +19,15 @@ class IllegalTransition(Exception):
 
 class JobNotFound(Exception):
     """No job has the given id."""
+
+
+class RetryAfter(Exception):  # noqa: N818
+    """Raise (or subclass) from a job body to retry after ``seconds`` (it spends an attempt).
+
+    With ``seconds=None`` the task's backoff applies, as for any retryable error; a receiver's
+    ``Retry-After`` header is the usual source of ``seconds``.
+    """
+
+    def __init__(self, message: str = "", *, seconds: float | None = None) -> None:
+        super().__init__(message)
+        self.seconds = None if seconds is None else max(0.0, float(seconds))

@@ -37,6 +37,34 @@ FINISHED = frozenset({S.SUCCEEDED, S.DEAD, S.CANCELLED})
 PENDING = frozenset({S.QUEUED, S.RETRYING})
 
 
+class JobReason(models.TextChoices):
+    """Why a job is ``retrying``, ``dead`` or ``cancelled``: set by jobs.outcome, and only there.
+
+    A failure on the job's last attempt ends it ``dead``: with ``exhausted`` after an
+    ordinary error, otherwise with the failure's own reason (``worker_lost``, ``time_limit``,
+    ``lease_expired``), so that an owner with one attempt (a deployment) knows what happened.
+    """
+
+    # Retrying: the body raised an error its task retries.
+    ERROR = "error", "Error"
+    # Dead: the body raised an error its task retries, on the last attempt.
+    EXHAUSTED = "exhausted", "Attempts exhausted"
+    # Dead: the body raised Permanent, or an error its task does not retry.
+    PERMANENT = "permanent", "Permanent error"
+    # Retrying or dead: the run went past its time limit.
+    TIME_LIMIT = "time_limit", "Time limit"
+    # Retrying or dead: the worker process died under the run (kill -9, OOM killer).
+    WORKER_LOST = "worker_lost", "Worker lost"
+    # Retrying or dead: the reaper found the run's lease expired (its whole worker is gone).
+    LEASE_EXPIRED = "lease_expired", "Lease expired"
+    # Retrying: the worker shut down gracefully before the run finished (no attempt spent).
+    WORKER_SHUTDOWN = "worker_shutdown", "Worker shutdown"
+    # Retrying: the body raised Snooze (no attempt spent).
+    SNOOZED = "snoozed", "Snoozed"
+    # Cancelled: by an operator, before or during a run.
+    CANCELLED = "cancelled", "Cancelled"
+
+
 class Job(models.Model):
     """One unit of background work, executed by a Celery task that receives only its id."""
 
@@ -53,6 +81,9 @@ class Job(models.Model):
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
     idempotency_key = models.CharField(max_length=200, null=True, blank=True)
     last_error = models.TextField(blank=True, default="")
+    reason = models.CharField(max_length=20, choices=JobReason.choices, blank=True, default="")
+    # One entry per finished attempt, oldest first (see jobs.attempts).
+    attempts_history = models.JSONField(default=list, blank=True)
     result = models.JSONField(null=True, blank=True)
     published_at = models.DateTimeField(null=True, blank=True)
     publish_count = models.PositiveIntegerField(default=0)

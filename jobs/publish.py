@@ -6,10 +6,12 @@ stalls a web request for long.
 """
 
 import logging
+from collections import defaultdict
 from collections.abc import Iterable
 
 from django.utils import timezone
 
+from jobs import conf
 from jobs.models import Job
 
 logger = logging.getLogger("jobs")
@@ -25,29 +27,62 @@ PUBLISH_RETRY_POLICY = {
 SCHEDULE_HORIZON_SECONDS = 1800
 
 
+# A batch is split so that even a modest fan-out reaches several workers at once.
+MIN_MESSAGES_PER_FANOUT = 16
+
+
+def messages(jobs: Iterable[Job], *, now=None) -> list[tuple[str, str, object, float]]:
+    """Group ``jobs`` into messages: ``(task, queue, id or [ids], countdown)``.
+
+    Jobs due now of a batchable task share messages of up to ``CONVEYOR_BATCH_SIZE`` ids
+    (fewer when there are few jobs, so a fan-out still spreads over workers); the rest get
+    one message each. Jobs beyond the publish horizon are left to the sweeper.
+    """
+    from project.celery import app
+
+    now = now or timezone.now()
+    size = conf.get().batch_size
+    single, groups = [], defaultdict(list)
+    for job in jobs:
+        countdown = max(0.0, (job.run_after - now).total_seconds())
+        if countdown > SCHEDULE_HORIZON_SECONDS:
+            continue
+        task = app.tasks.get(job.task)
+        if size > 1 and countdown == 0 and getattr(task, "batch", False) and _batchable(task):
+            groups[(job.task, job.queue)].append(job.pk)
+        else:
+            single.append((job.task, job.queue, job.pk, countdown))
+    for (task, queue), ids in groups.items():
+        step = max(1, min(size, len(ids) // MIN_MESSAGES_PER_FANOUT))
+        for start in range(0, len(ids), step):
+            chunk = ids[start : start + step]
+            single.append((task, queue, chunk if len(chunk) > 1 else chunk[0], 0.0))
+    return single
+
+
+def _batchable(task) -> bool:
+    """Celery's time limits apply per message, so a time-limited task's jobs go one by one."""
+    return not (task.time_limit or task.soft_time_limit)
+
+
 def publish(jobs: Iterable[Job]) -> int:
-    """Send one message per job (its id only); return how many were sent."""
+    """Send the jobs' ids to the broker (see ``messages``); return how many jobs were sent."""
     from project.celery import app
 
     sent = 0
-    now = timezone.now()
     try:
         with app.producer_or_acquire() as producer:
-            for job in jobs:
-                countdown = max(0.0, (job.run_after - now).total_seconds())
-                if countdown > SCHEDULE_HORIZON_SECONDS:
-                    continue
+            for task, queue, ids, countdown in messages(jobs):
                 app.send_task(
-                    job.task,
-                    args=[job.pk],
-                    queue=job.queue,
+                    task,
+                    args=[ids],
+                    queue=queue,
                     countdown=countdown or None,
-                    retries=job.attempts,
                     producer=producer,
                     retry=True,
                     retry_policy=PUBLISH_RETRY_POLICY,
                 )
-                sent += 1
+                sent += len(ids) if isinstance(ids, list) else 1
     except Exception as exc:  # the sweeper re-sends whatever did not go out
         logger.warning("job.publish_failed", extra={"error": repr(exc), "published": sent})
     return sent

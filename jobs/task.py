@@ -1,30 +1,32 @@
-"""``JobTask``: the Celery base class that runs a Job row by its id.
+"""``JobTask``: the Celery base class that runs Job rows by id.
 
-The message carries only the job id. ``__call__`` claims the row (one conditional UPDATE;
-a duplicate delivery loses and is dropped), runs the body with a ``JobContext`` and marks the
-row succeeded. Retries go through Celery's ``autoretry_for`` with exponential backoff and full
-jitter, but the Job row decides: ``retry()`` moves it to ``retrying`` or, once its attempts are
-spent, lets the error through to the ``task_failure`` dead-letter handler.
+A message carries one job id, or a list of ids (a batch: see jobs.publish). For each id the
+task claims the row (one conditional UPDATE; a duplicate delivery loses and is dropped), runs
+the body with a ``JobContext`` and hands what happened to jobs.outcome, which decides and
+records the job's fate. A success is written by a fixed statement (jobs.statements); in a
+batch it is folded into the claim of the next job, so it is committed the moment its body
+returns. The body's exceptions never leave the task: Celery sees a finished message and
+acknowledges it, while the job row says succeeded, retrying, cancelled or dead.
+
+Task options read here: ``autoretry_for`` / ``dont_autoretry_for`` (which errors retry),
+``retry_backoff`` / ``retry_backoff_max`` / ``retry_jitter`` (the backoff), and
+``job_max_attempts`` (the attempt budget, else ``CONVEYOR_JOB_MAX_ATTEMPTS``). ``batch =
+False`` keeps a task's jobs one per message (long or time-limited work should).
 """
 
+import json
 import logging
 import os
-import threading
 from dataclasses import dataclass, field
 
 from celery import Task
-from celery.exceptions import Retry
 from django.conf import settings
-from django.db import (
-    DatabaseError,
-    InterfaceError,
-    OperationalError,
-    close_old_connections,
-    connection,
-)
+from django.db import InterfaceError, OperationalError, connection
+from django.utils import timezone
 
-from jobs import conf, services
-from jobs.errors import Permanent, Snooze
+from jobs import conf, outcome, services, statements
+from jobs.errors import Permanent, RetryAfter, Snooze
+from jobs.lease import keeper
 from jobs.models import Job
 
 logger = logging.getLogger("jobs")
@@ -36,52 +38,24 @@ class JobContext:
 
     job: Job
     cancel_requested: bool = field(default=False)
+    lost: bool = field(default=False)  # the run was taken away (the reaper re-queued it)
 
     @property
     def payload(self) -> dict:
         return self.job.payload
 
     def heartbeat(self) -> bool:
-        """Extend the lease; refresh ``cancel_requested``. False if the run was taken away."""
+        """Extend the lease now; refresh ``cancel_requested``. False if the run was taken away.
+
+        Optional: the worker's lease keeper renews every running job's lease anyway.
+        """
         fresh = services.job_heartbeat(self.job)
         if fresh is None:
+            self.lost = True
             return False
         self.job.lease_expires_at = fresh.lease_expires_at
         self.cancel_requested = fresh.cancel_requested_at is not None
         return True
-
-
-class LeaseKeeper(threading.Thread):
-    """Renew a running job's lease every third of the lease, until the body returns.
-
-    A body that never calls ``ctx.heartbeat()`` still keeps its lease, so the reaper only
-    recovers jobs whose worker is really gone. Uses its own database connection.
-    """
-
-    def __init__(self, job: Job) -> None:
-        super().__init__(name=f"lease-{job.pk}", daemon=True)
-        self.job = job
-        self.stopped = threading.Event()
-
-    def run(self) -> None:
-        interval = conf.get().lease_timeout.total_seconds() / 3
-        try:
-            while not self.stopped.wait(interval):
-                try:
-                    if services.job_heartbeat(self.job) is None:
-                        return  # the run was taken away; nothing more to keep
-                except DatabaseError as exc:
-                    logger.warning(
-                        "job.lease_renewal_failed",
-                        extra={"job_id": self.job.pk, "error": repr(exc)},
-                    )
-                    close_old_connections()
-        finally:
-            connection.close()
-
-    def stop(self) -> None:
-        self.stopped.set()
-        self.join(timeout=10)
 
 
 def worker_id(task: Task) -> str:
@@ -95,7 +69,7 @@ class JobTask(Task):
     abstract = True
     ignore_result = True
     acks_late = True
-    # Retry anything but the two control exceptions; a task may narrow autoretry_for.
+    # Retry anything but the control exceptions; a task may narrow autoretry_for.
     autoretry_for = (Exception,)
     dont_autoretry_for = (Permanent, Snooze)
     retry_backoff = 2
@@ -104,28 +78,62 @@ class JobTask(Task):
     max_retries = None  # the Job row counts attempts, not the message
     # Default attempt budget for jobs of this task (else CONVEYOR_JOB_MAX_ATTEMPTS).
     job_max_attempts: int | None = None
+    # Whether many jobs of this task may share one message (see jobs.publish).
+    batch = True
+    # jobs.outcome decides retries from autoretry_for & co; this keeps Celery from also
+    # wrapping run() in its own autoretry (it wraps only tasks without ``_orig_run``).
+    _orig_run = None
 
-    def __call__(self, job_id, *args, **kwargs):
-        job = _claim(int(job_id), worker=worker_id(self))
-        if job is None:
-            logger.info("job.duplicate_dropped", extra={"job_id": job_id, "task": self.name})
+    def __call__(self, job_ids, *args, **kwargs):
+        worker = worker_id(self)
+        if not isinstance(job_ids, list):
+            job = _claim(int(job_ids), worker=worker)
+            if job is None:
+                return _dropped(self, job_ids)
+            done = self._run_job(job)
+            if done is not None:
+                _complete(*done)
             return None
+        done = None  # a success whose completion rides on the next claim
+        for job_id in dict.fromkeys(int(i) for i in job_ids):
+            completed, job = statements.complete_and_claim(
+                *(done or (None, None)), job_id, worker=worker
+            )
+            if done is not None:
+                _succeeded(done[0]) if completed else services.log_job("job.complete_lost", done[0])
+            done = None
+            if job is None:
+                _dropped(self, job_id)
+                continue
+            done = self._run_job(job)
+        if done is not None:
+            _complete(*done)
+        return None
+
+    def _run_job(self, job: Job) -> tuple[Job, str] | None:
+        """Run the body; return ``(job, encoded result)`` on success, else apply the outcome."""
         ctx = JobContext(job=job, cancel_requested=job.cancel_requested_at is not None)
         self.request.job_context = ctx
-        keeper = LeaseKeeper(job)
-        keeper.start()
+        lease = keeper()
+        lease.track(ctx)
         try:
             result = self.run(ctx)
-        except Snooze as snooze:
-            services.job_snooze(job, seconds=snooze.seconds, reason=str(snooze))
-            return None
+            try:
+                event = outcome.Event.returned(json.dumps(result))
+            except (TypeError, ValueError) as exc:
+                raise Permanent(f"the job's result cannot be stored as JSON: {exc}") from exc
+        except BaseException as exc:  # noqa: BLE001 - every failure is the job's, not the pool's
+            event = outcome.Event.raised(exc)
         finally:
-            keeper.stop()
-        if ctx.cancel_requested:
-            services.job_finish_cancelled(job)
-        else:
-            services.job_complete(job, result)
-        return result
+            lease.untrack(ctx)
+            self.request.job_context = None
+        if ctx.cancel_requested and job.cancel_requested_at is None:
+            job.cancel_requested_at = timezone.now()  # seen by the lease keeper or a heartbeat
+        decision = outcome.decide(event, job, self)
+        if decision.status == outcome.S.SUCCEEDED:
+            return job, decision.result
+        outcome.apply(decision, job)
+        return None
 
     def retry(
         self,
@@ -138,30 +146,30 @@ class JobTask(Task):
         max_retries=None,
         **options,
     ):
-        """Record the retry on the Job row first; past its budget, fail for good instead."""
-        ctx = getattr(self.request, "job_context", None)
-        if ctx is None:  # called outside __call__ (eagerly, or by hand)
-            return super().retry(args, kwargs, exc, throw, eta, countdown, max_retries, **options)
-        job = ctx.job
-        if job.attempts >= job.max_attempts:
-            raise exc if exc is not None else Permanent("attempts exhausted")
-        delay = float(countdown or 0)
-        moved = services.job_retry_later(job, error=_describe(exc), delay=delay)
-        if moved is None:  # the reaper took the run away meanwhile; nothing is ours to retry
-            raise Retry("run lost", exc, delay)
-        return super().retry(args, kwargs, exc, throw, eta, delay, max_retries=None, **options)
+        """Celery's ``self.retry()`` inside a job body: retry the job (after ``countdown``)."""
+        raise RetryAfter(str(exc or "retry requested"), seconds=countdown) from exc
 
 
 def _claim(job_id: int, *, worker: str) -> Job | None:
     """Claim, reconnecting once if the reused connection died (a database restart)."""
     try:
-        return services.job_claim(job_id, worker=worker)
+        return statements.claim(job_id, worker=worker)
     except (OperationalError, InterfaceError):
         connection.close()
-        return services.job_claim(job_id, worker=worker)
+        return statements.claim(job_id, worker=worker)
 
 
-def _describe(exc: BaseException | None) -> str:
-    if exc is None:
-        return "retry requested"
-    return f"{exc.__class__.__name__}: {exc}"
+def _complete(job: Job, encoded: str) -> None:
+    if not statements.complete(job, encoded):
+        services.log_job("job.complete_lost", job)
+    else:
+        _succeeded(job)
+
+
+def _succeeded(job: Job) -> None:
+    if conf.get().log_success:
+        services.log_job("job.succeeded", job)
+
+
+def _dropped(task: Task, job_id) -> None:
+    logger.info("job.duplicate_dropped", extra={"job_id": job_id, "task": task.name})

@@ -180,6 +180,11 @@ TASKS = {"default": {"BACKEND": "jobs.backends.ConveyorBackend"}}
 # --- Conveyor ---------------------------------------------------------------------------
 CONVEYOR_JOB_LEASE_TIMEOUT = env.duration("CONVEYOR_JOB_LEASE_TIMEOUT", "5m")
 CONVEYOR_JOB_MAX_ATTEMPTS = env.integer("CONVEYOR_JOB_MAX_ATTEMPTS", 5, minimum=1)
+# Job ids per broker message when many jobs of one task are published at once (enqueue_many,
+# webhook fan-out, the sweeper); 1 turns batching off.
+CONVEYOR_BATCH_SIZE = env.integer("CONVEYOR_BATCH_SIZE", 25, minimum=1)
+# Log one ``job.succeeded`` line per successful job (off: the success path stays quiet).
+CONVEYOR_JOB_LOG_SUCCESS = env.boolean("CONVEYOR_JOB_LOG_SUCCESS", False)
 CONVEYOR_REAPER_INTERVAL = env.duration("CONVEYOR_REAPER_INTERVAL", "1m")
 CONVEYOR_SWEEPER_INTERVAL = env.duration("CONVEYOR_SWEEPER_INTERVAL", "1m")
 CONVEYOR_SWEEPER_GRACE = env.duration("CONVEYOR_SWEEPER_GRACE", "1m")

@@ -90,10 +90,10 @@ def delivery_attempt(delivery_id: int, *, job: Job) -> AttemptResult:
     """
     outgoing = outgoing_get(delivery_id=delivery_id)
     if outgoing is None or outgoing.status != S.PENDING:
-        return AttemptResult(outcome="skipped", error="delivery is not pending")
+        return AttemptResult(outcome=Outcome.SKIPPED, error="delivery is not pending")
     if not outgoing.enabled and outgoing.topic != TEST_TOPIC:
         delivery_move(Q(pk=delivery_id), S.SKIPPED, from_=[S.PENDING])
-        return AttemptResult(outcome="skipped", error="endpoint is disabled")
+        return AttemptResult(outcome=Outcome.SKIPPED, error="endpoint is disabled")
     started = timezone.now()
     result, response, address = _send(outgoing, started)
     _record(outgoing, job=job, started=started, result=result, response=response, address=address)

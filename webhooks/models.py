@@ -138,6 +138,9 @@ class AttemptOutcome(models.TextChoices):
     FAILED = "failed", "Permanent failure"
     GONE = "gone", "410 Gone"
     REFUSED = "refused", "Refused by the SSRF guard"
+    # Nothing was sent (the delivery was no longer pending, or its endpoint is disabled);
+    # returned by delivery_attempt, never stored as an attempt.
+    SKIPPED = "skipped", "Skipped (nothing sent)"
 
 
 class DeliveryAttempt(models.Model):

@@ -1,15 +1,16 @@
 """The ``webhooks.deliver`` task (one attempt per run, retried by the job engine) and purge.
 
-Retries are Celery's ``autoretry_for`` with exponential backoff and full jitter
+Retries are decided by jobs.outcome with exponential backoff and full jitter
 (``CONVEYOR_WEBHOOK_BACKOFF`` × 2^n, capped at ``CONVEYOR_WEBHOOK_BACKOFF_MAX``); a
 ``Retry-After`` header replaces the backoff, capped at ``CONVEYOR_WEBHOOK_RETRY_AFTER_MAX``.
-``JobTask.retry`` records each retry on the Job row (``job.fail_retry``) and, once
-``CONVEYOR_WEBHOOK_MAX_ATTEMPTS`` are spent, lets the failure through to the dead letter.
+Once ``CONVEYOR_WEBHOOK_MAX_ATTEMPTS`` are spent the job is dead and the ``job_dead``
+receiver marks the delivery dead. Deliveries go one per message (``batch = False``): they
+wait on receivers, so they spread over a thread pool rather than queue behind each other.
 """
 
 from celery import shared_task
 
-from jobs import Permanent
+from jobs import Permanent, RetryAfter
 from jobs.task import JobContext, JobTask
 from webhooks import conf
 from webhooks.delivery import delivery_attempt
@@ -23,32 +24,29 @@ SOFT_TIME_LIMIT = int(_settings.timeout * 3) + 15
 TIME_LIMIT = SOFT_TIME_LIMIT + 15
 
 
-class DeliveryFailed(Exception):
+class DeliveryFailed(RetryAfter):
     """A retryable failure: 408/425/429/5xx, no answer, a timeout or a DNS failure."""
 
 
 @shared_task(
     base=JobTask,
-    bind=True,
     name=DELIVER_TASK,
+    batch=False,
     retry_backoff=_settings.backoff,
     retry_backoff_max=_settings.backoff_max,
     job_max_attempts=_settings.max_attempts,
     soft_time_limit=SOFT_TIME_LIMIT,
     time_limit=TIME_LIMIT,
 )
-def deliver(self, ctx: JobContext):
+def deliver(ctx: JobContext):
     """Attempt the delivery ``payload["delivery_id"]`` once and act on the outcome."""
     result = delivery_attempt(int(ctx.payload["delivery_id"]), job=ctx.job)
     if result.outcome == AttemptOutcome.DELIVERED:
         return {"status_code": result.status_code}
-    if result.outcome == "skipped":
+    if result.outcome == AttemptOutcome.SKIPPED:
         return {"skipped": result.error}
     if result.outcome == AttemptOutcome.RETRY:
-        failure = DeliveryFailed(result.error)
-        if result.retry_after is not None:
-            self.retry(exc=failure, countdown=result.retry_after)
-        raise failure
+        raise DeliveryFailed(result.error, seconds=result.retry_after)
     raise Permanent(result.error)
 
 

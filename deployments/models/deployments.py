@@ -43,6 +43,7 @@ class FailureReason(models.TextChoices):
     STEP_FAILED = "step_failed", "A step failed"
     TIMED_OUT = "timed_out", "Timed out"
     WORKER_LOST = "worker_lost", "Worker lost"
+    WORKER_SHUTDOWN = "worker_shutdown", "Its worker shut down"
     GIT_ERROR = "git_error", "Git checkout failed"
     WORKDIR_ERROR = "workdir_error", "The working directory is not usable"
     INTERNAL_ERROR = "internal_error", "Internal error"

@@ -79,8 +79,8 @@ class Execution:
     def run(self) -> str:
         """Check out, run the steps, record the end; return the final status."""
         checkout = self._checkout()
-        if checkout is None:
-            return self.deployment.status
+        if isinstance(checkout, str):  # the run ended during checkout, with this status
+            return checkout
         try:
             outcome = self._run_steps(str(checkout.path))
         finally:
@@ -92,16 +92,15 @@ class Execution:
             raise Interrupted()
 
     def _checkout(self):
+        """Return the checkout, or the deployment's final status if the run ended here."""
         deployment = self.deployment
         try:
             checkout = workspaces.acquire(deployment, keep_alive=self._keep_alive)
         except workspaces.CheckoutError as exc:
             self.log.line(f"conveyor: checkout failed: {exc}")
-            self._finish(S.FAILED, exc.reason, str(exc))
-            return None
+            return self._finish(S.FAILED, exc.reason, str(exc))
         except Interrupted:
-            self._finish(*self._stopped_outcome(self._stop_reason(), "during checkout"))
-            return None
+            return self._finish(*self._stopped_outcome(self._stop_reason(), "during checkout"))
         deployment.commit_sha = checkout.commit_sha
         deployment.worktree = checkout.worktree
         deployment.project_dir = str(checkout.path)
@@ -210,20 +209,20 @@ class Execution:
             return f"was killed by signal {-result.exit_code}"
         return f"exited {result.exit_code}"
 
-    def _stopped_outcome(self, stop: Stop, where: str) -> tuple[str, str, str]:
+    def _stopped_outcome(self, stop: Stop, where: str) -> tuple[str | Stop, str, str]:
         if stop is Stop.CANCELLED:
             return (S.CANCELLED, "", f"cancelled {where}")
         if stop is Stop.LOST:
-            return ("lost", "", f"run lost {where}")
+            return (Stop.LOST, "", f"run lost {where}")
         return (S.FAILED, FailureReason.TIMED_OUT, f"deployment timed out {where}")
 
-    def _finish(self, status: str, reason: str, error: str) -> str:
+    def _finish(self, status: str | Stop, reason: str, error: str) -> str:
         if error:
             self.log.line(f"conveyor: {error}")
         self.log.flush(final=True)
-        if status == "lost":  # the dead-job handler has ended (or will end) the deployment
+        if status is Stop.LOST:  # the dead-job handler has ended (or will end) the deployment
             log_deployment("deployment.run_lost", self.deployment, error=error)
-            return status
+            return status.value
         if status == S.CANCELLED:
             current = Deployment.objects.filter(pk=self.deployment.pk).values_list(
                 "failure_reason", flat=True

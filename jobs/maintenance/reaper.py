@@ -2,10 +2,11 @@
 
 A whole worker that dies (power loss, ``kill -9`` of the parent) fires no signal, and its
 unacknowledged message only comes back after the broker's visibility timeout. The reaper
-finds ``running`` jobs whose ``lease_expires_at`` has passed and moves each to ``retrying``
-(re-published at once) while it has attempts left, else buries it as ``dead`` with
-``last_error = "worker lost: lease expired"``. A live lease is never touched; the late
-duplicate message, if it ever comes, loses the claim.
+finds ``running`` jobs whose ``lease_expires_at`` has passed and hands each to jobs.outcome
+as ``lease_expired``: retrying (after the task's backoff) while it has attempts left, else
+``dead`` with reason ``lease_expired``; a job whose cancel was requested ends ``cancelled``
+and never runs again. A live lease is never touched (the guard re-checks it in the UPDATE);
+the late duplicate message, if it ever comes, loses the claim.
 
 Runs every ``CONVEYOR_REAPER_INTERVAL`` (default 1m); leases last
 ``CONVEYOR_JOB_LEASE_TIMEOUT`` (default 5m). Logs one ``maintenance.reaper`` line.
@@ -14,16 +15,14 @@ Runs every ``CONVEYOR_REAPER_INTERVAL`` (default 1m); leases last
 import logging
 from dataclasses import dataclass
 
-from django.db.models import F, Q
+from django.db.models import Q
 from django.utils import timezone
 
-from jobs import services
+from jobs import outcome
 from jobs.models import Job, JobStatus
-from jobs.publish import publish
-from jobs.transitions import transition
 
 logger = logging.getLogger("jobs.maintenance")
-ERROR = "worker lost: lease expired"
+MESSAGE = "lease expired: the worker stopped renewing it"
 BATCH_SIZE = 1000
 
 
@@ -31,37 +30,27 @@ BATCH_SIZE = 1000
 class ReapResult:
     retried: int = 0
     dead: int = 0
-
-
-def _first_batch(condition: Q) -> Q:
-    ids = Job.objects.filter(condition).order_by("lease_expires_at").values_list("pk", flat=True)
-    return Q(pk__in=list(ids[:BATCH_SIZE]))
+    cancelled: int = 0
 
 
 def reap() -> ReapResult:
-    """Re-queue or bury every running job whose lease has expired; return the counts."""
-    retried = dead = 0
+    """Re-queue, bury or cancel every running job whose lease has expired; return the counts."""
+    counts = {JobStatus.RETRYING: 0, JobStatus.DEAD: 0, JobStatus.CANCELLED: 0}
+    event = outcome.Event.lost(outcome.Happened.LEASE_EXPIRED, MESSAGE)
     while True:
         now = timezone.now()
         expired = Q(status=JobStatus.RUNNING, lease_expires_at__lt=now)
-        batch = _first_batch(expired)
-        moved = transition(
-            batch & expired & Q(attempts__lt=F("max_attempts")),
-            JobStatus.RETRYING,
-            from_=[JobStatus.RUNNING],
-            run_after=now,
-            last_error=ERROR,
-            lease_expires_at=None,
-            locked_by="",
-            published_at=now,
-        )
-        for job in moved:
-            services.log_job("job.reaped", job, outcome="retrying")
-        publish(moved)
-        buried = services.job_bury(batch & expired, error=ERROR)
-        retried, dead = retried + len(moved), dead + len(buried)
-        if len(moved) + len(buried) < BATCH_SIZE:
+        batch = list(Job.objects.filter(expired).order_by("lease_expires_at")[:BATCH_SIZE])
+        for job in batch:
+            done = outcome.apply(outcome.decide(event, job, now=now), job, where=expired)
+            if done is not None:
+                counts[done.status] += 1
+        if len(batch) < BATCH_SIZE:
             break
-    result = ReapResult(retried=retried, dead=dead)
-    logger.info("maintenance.reaper", extra={"retried": retried, "dead": dead})
+    result = ReapResult(
+        retried=counts[JobStatus.RETRYING],
+        dead=counts[JobStatus.DEAD],
+        cancelled=counts[JobStatus.CANCELLED],
+    )
+    logger.info("maintenance.reaper", extra=vars(result))
     return result

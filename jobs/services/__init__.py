@@ -4,32 +4,33 @@ Each state change goes through ``jobs.transitions.transition`` and logs one stru
 """
 
 from jobs.services.base import log_job
-from jobs.services.dead_letters import job_bury, notice_topic, notify_staff, staff_ids
+from jobs.services.dead_letters import (
+    dead_letter,
+    job_bury,
+    notice_topic,
+    notify_staff,
+    staff_ids,
+)
 from jobs.services.enqueue import enqueue, enqueue_many
 from jobs.services.operator import job_cancel, job_retry
 from jobs.services.runs import (
     CLAIM_CLOCK_SKEW,
     job_claim,
-    job_complete,
-    job_finish_cancelled,
     job_heartbeat,
-    job_retry_later,
     job_snooze,
     job_wake,
 )
 
 __all__ = [
     "CLAIM_CLOCK_SKEW",
+    "dead_letter",
     "enqueue",
     "enqueue_many",
     "job_bury",
     "job_cancel",
     "job_claim",
-    "job_complete",
-    "job_finish_cancelled",
     "job_heartbeat",
     "job_retry",
-    "job_retry_later",
     "job_snooze",
     "job_wake",
     "log_job",

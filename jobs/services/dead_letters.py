@@ -3,36 +3,60 @@
 from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.db.models import Q
+from django.utils import timezone
 
-from jobs.models import AuditLog, Job, Notification
+from jobs.attempts import AppendAttempt, error_info
+from jobs.models import AuditLog, Job, JobReason, Notification
 from jobs.services.base import MAX_ERROR_LENGTH, S, log_job
 from jobs.signals import job_dead
 from jobs.transitions import transition
 
 
-def job_bury(where: Q, *, error: str, actor: str = "system") -> list[Job]:
+def job_bury(
+    where: Q, *, error: str, reason: JobReason = JobReason.PERMANENT, actor: str = "system"
+) -> list[Job]:
     """Move running jobs matching ``where`` to ``dead`` and deliver their dead letters.
 
-    The dead letter (AuditLog row, one Notification per active staff user, the ``job_dead``
-    signal) is written in the same transaction as the state change.
+    For an operator or a test that ends runs by hand; a worker's runs end through
+    jobs.outcome. The dead letter is written in the same transaction as the state change.
     """
     with transaction.atomic():
         moved = transition(
-            where, S.DEAD, from_=[S.RUNNING], last_error=error[:MAX_ERROR_LENGTH], locked_by=""
+            where,
+            S.DEAD,
+            from_=[S.RUNNING],
+            last_error=error[:MAX_ERROR_LENGTH],
+            reason=reason,
+            locked_by="",
+            attempts_history=AppendAttempt(
+                outcome=S.DEAD,
+                reason=reason,
+                error=error_info(None, message=error),
+                finished_at=timezone.now(),
+            ),
         )
         for job in moved:
-            _dead_letter(job, actor=actor)
+            dead_letter(job, actor=actor)
     return moved
 
 
-def _dead_letter(job: Job, *, actor: str) -> None:
-    log_job("job.dead", job, error=job.last_error[:300])
+def dead_letter(job: Job, *, actor: str) -> None:
+    """Deliver ``job``'s dead letter: AuditLog row, staff notices, the ``job_dead`` signal.
+
+    Call inside the transaction that buried the job, so all of it happens or none.
+    """
+    log_job("job.dead", job, reason=job.reason, error=job.last_error[:300])
     AuditLog.objects.create(
         actor=actor,
         action="job.dead",
         target_type="job",
         target_id=str(job.pk),
-        details={"task": job.task, "attempts": job.attempts, "error": job.last_error[:1000]},
+        details={
+            "task": job.task,
+            "attempts": job.attempts,
+            "reason": job.reason,
+            "error": job.last_error[:1000],
+        },
     )
     notify_staff(
         topic=notice_topic(job),
@@ -40,7 +64,7 @@ def _dead_letter(job: Job, *, actor: str) -> None:
         body=job.last_error[:2000],
         data={"job_id": job.pk, "task": job.task},
     )
-    job_dead.send(sender=Job, job=job)
+    job_dead.send(sender=Job, job=job, reason=JobReason(job.reason or JobReason.PERMANENT))
 
 
 def staff_ids() -> list[int]:

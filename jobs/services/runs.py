@@ -1,15 +1,19 @@
-"""A run's life on a worker: claim, heartbeat, complete, retry later, snooze, wake."""
+"""A run's life on a worker: claim, heartbeat, snooze, wake.
+
+How a run ends (succeeded, retrying, cancelled, dead) is decided and applied by
+jobs.outcome; the worker's fixed statements live in jobs.statements.
+"""
 
 from datetime import timedelta
 
-from django.db.models import F, Q
+from django.db.models import Q
 from django.utils import timezone
 
-from jobs import conf
+from jobs import conf, outcome, statements
 from jobs.models import Job
 from jobs.publish import publish_on_commit
-from jobs.services.base import MAX_ERROR_LENGTH, S, log_job, this_run
-from jobs.transitions import transition, update_returning
+from jobs.services.base import S, log_job, this_run
+from jobs.transitions import update_returning
 
 # Tolerance for a retry message that reaches a worker a moment before its run_after.
 CLAIM_CLOCK_SKEW = timedelta(seconds=1)
@@ -18,31 +22,12 @@ CLAIM_CLOCK_SKEW = timedelta(seconds=1)
 def job_claim(job_id: int, *, worker: str) -> Job | None:
     """Take a due queued/retrying job for ``worker``: one UPDATE, attempts counted here.
 
-    Returns None when someone else has it, it is finished or it is not due yet.
+    Returns None when someone else has it, it is finished, not due yet, or being cancelled.
     """
-    now = timezone.now()
-    moved = transition(
-        Q(pk=job_id, run_after__lte=now + CLAIM_CLOCK_SKEW),
-        S.RUNNING,
-        attempts=F("attempts") + 1,
-        lease_expires_at=now + conf.get().lease_timeout,
-        locked_by=worker,
-        publish_count=0,
-    )
-    if not moved:
-        return None
-    log_job("job.claimed", moved[0], worker=worker)
-    return moved[0]
-
-
-def job_complete(job: Job, result=None) -> Job | None:
-    """Mark a running job succeeded; None if its lease was lost to the reaper meanwhile."""
-    moved = transition(this_run(job), S.SUCCEEDED, from_=[S.RUNNING], result=result, locked_by="")
-    if not moved:
-        log_job("job.complete_lost", job)
-        return None
-    log_job("job.succeeded", moved[0])
-    return moved[0]
+    job = statements.claim(job_id, worker=worker)
+    if job is not None:
+        log_job("job.claimed", job, worker=worker)
+    return job
 
 
 def job_heartbeat(job: Job) -> Job | None:
@@ -55,41 +40,12 @@ def job_heartbeat(job: Job) -> Job | None:
     return rows[0] if rows else None
 
 
-def job_retry_later(job: Job, *, error: str, delay: float) -> Job | None:
-    """Move a failed run to ``retrying`` after ``delay`` seconds; the caller publishes it."""
-    now = timezone.now()
-    moved = transition(
-        this_run(job),
-        S.RETRYING,
-        from_=[S.RUNNING],
-        run_after=now + timedelta(seconds=delay),
-        last_error=error[:MAX_ERROR_LENGTH],
-        lease_expires_at=None,
-        locked_by="",
-        published_at=now,
-    )
-    if moved:
-        log_job("job.fail_retry", moved[0], error=error[:300], delay=round(delay, 3))
-    return moved[0] if moved else None
-
-
 def job_snooze(job: Job, *, seconds: float, reason: str = "") -> Job | None:
     """Put a running job back to wait ``seconds`` without spending an attempt."""
-    now = timezone.now()
-    moved = transition(
-        this_run(job),
-        S.RETRYING,
-        from_=[S.RUNNING],
-        attempts=F("attempts") - 1,
-        run_after=now + timedelta(seconds=seconds),
-        lease_expires_at=None,
-        locked_by="",
-        published_at=now,
-    )
-    if moved:
-        log_job("job.snoozed", moved[0], seconds=seconds, reason=reason)
-        publish_on_commit(moved)
-    return moved[0] if moved else None
+    from jobs.errors import Snooze
+
+    decision = outcome.decide(outcome.Event.raised(Snooze(seconds, reason)), job)
+    return outcome.apply(decision, job)
 
 
 def job_wake(job_id: int) -> Job | None:
@@ -101,7 +57,7 @@ def job_wake(job_id: int) -> Job | None:
     """
     now = timezone.now()
     rows = update_returning(
-        Job.objects.filter(pk=job_id, status=S.RETRYING, run_after__gt=now),
+        Job.objects.filter(Q(pk=job_id, status=S.RETRYING, run_after__gt=now)),
         {"run_after": now, "updated_at": now, "published_at": now},
     )
     if not rows:
@@ -109,11 +65,3 @@ def job_wake(job_id: int) -> Job | None:
     log_job("job.woken", rows[0])
     publish_on_commit(rows)
     return rows[0]
-
-
-def job_finish_cancelled(job: Job) -> Job | None:
-    """Record that a running job stopped because it was asked to."""
-    moved = transition(this_run(job), S.CANCELLED, from_=[S.RUNNING], locked_by="")
-    if moved:
-        log_job("job.cancelled", moved[0])
-    return moved[0] if moved else None

@@ -17,7 +17,7 @@ from deployments.models import Deployment
 from deployments.selectors import deployment_as_dict
 from deployments.services import deployment_cancel, deployment_claim, deployment_create
 from jobs.maintenance.reaper import reap
-from jobs.models import Job, JobStatus
+from jobs.models import Job, JobReason, JobStatus
 from jobs.services import job_bury, job_claim
 
 
@@ -98,13 +98,13 @@ def running(project) -> tuple[Deployment, Job]:
 def test_a_buried_job_fails_its_deployment_in_the_same_transaction(make_project):
     deployment, job = running(make_project())
     with pytest.raises(RuntimeError), transaction.atomic():
-        job_bury(job_filter(job), error="worker lost: WorkerLostError")
+        job_bury(job_filter(job), error="WorkerLostError: gone", reason=JobReason.WORKER_LOST)
         deployment.refresh_from_db()
         assert (deployment.status, deployment.failure_reason) == ("failed", "worker_lost")
         raise RuntimeError("roll the burial back")
     deployment.refresh_from_db()
     assert deployment.status == "running"  # rolled back with the burial
-    job_bury(job_filter(job), error="worker lost: WorkerLostError")
+    job_bury(job_filter(job), error="WorkerLostError: gone", reason=JobReason.WORKER_LOST)
     deployment.refresh_from_db()
     assert (deployment.status, deployment.failure_reason) == ("failed", "worker_lost")
     assert deployment.step_runs.get().status == "skipped"

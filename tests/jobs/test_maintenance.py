@@ -10,7 +10,7 @@ from django_celery_results.models import TaskResult
 from jobs.maintenance import purge as purge_module
 from jobs.maintenance.purge import purge
 from jobs.maintenance.reaper import reap
-from jobs.models import AuditLog, IdempotencyKey, Job, JobStatus
+from jobs.models import AuditLog, IdempotencyKey, Job, JobReason, JobStatus
 from jobs.tokens import token_create
 
 S = JobStatus
@@ -48,11 +48,33 @@ def test_reaper_recovers_expired_leases_and_leaves_live_ones():
     for job in (live, expired, spent):
         job.refresh_from_db()
     assert live.status == S.RUNNING and live.locked_by == "w/1"
-    assert expired.status == S.RETRYING and expired.last_error == "worker lost: lease expired"
+    assert expired.status == S.RETRYING and expired.reason == JobReason.LEASE_EXPIRED
     assert expired.lease_expires_at is None and expired.locked_by == ""
     assert spent.status == S.DEAD and spent.finished_at is not None
+    assert spent.reason == JobReason.LEASE_EXPIRED
+    [entry] = spent.attempts_history
+    assert (entry["attempt"], entry["worker"], entry["outcome"]) == (3, "w/3", "dead")
+    assert entry["reason"] == "lease_expired" and entry["error"]["message"].startswith("lease")
     assert AuditLog.objects.filter(action="job.dead", target_id=str(spent.pk)).exists()
     assert reap() == type(result)(retried=0, dead=0)
+
+
+@pytest.mark.django_db
+def test_reaper_cancels_an_expired_run_whose_cancel_was_requested():
+    """A cancelled job never runs again, even when its worker died before it could stop."""
+    now = timezone.now()
+    job = make(
+        S.RUNNING,
+        attempts=1,
+        max_attempts=5,
+        lease_expires_at=now - timedelta(seconds=1),
+        locked_by="w/9",
+        cancel_requested_at=now - timedelta(seconds=30),
+    )
+    assert reap().cancelled == 1
+    job.refresh_from_db()
+    assert (job.status, job.reason) == (S.CANCELLED, JobReason.CANCELLED)
+    assert job.attempts_history[-1]["outcome"] == "cancelled"
 
 
 @pytest.mark.django_db

@@ -1,0 +1,119 @@
+"""Per-attempt history: what each attempt of a job did, kept on the job row.
+
+``Job.attempts_history`` is a JSON list, oldest first, of::
+
+    {"attempt": 2, "worker": "worker@host/4711", "started_at": "...", "finished_at": "...",
+     "outcome": "retrying", "reason": "error",
+     "error": {"class_path": "builtins.ValueError", "message": "...", "traceback": "..."}}
+
+``outcome`` is the status the attempt left the job in (``succeeded``, ``retrying``,
+``cancelled``, ``dead``); ``reason`` is a ``JobReason`` (empty on success); ``error`` is None
+unless the attempt raised. A snooze is not an attempt and adds no entry.
+
+An entry is appended by ``AppendAttempt`` inside the same UPDATE that ends the run, built
+from the row's own ``attempts``, ``locked_by`` and ``started_at``, so the history costs no
+statement of its own and the reaper can append to many rows at once.
+"""
+
+import json
+import traceback as tb
+from datetime import UTC, datetime
+
+from django.db.models import Func, JSONField
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
+MESSAGE_LIMIT = 2000
+TRACEBACK_LIMIT = 8000
+
+
+def error_info(exc: BaseException | None, *, message: str | None = None) -> dict | None:
+    """Describe ``exc`` as ``{class_path, message, traceback}``, each bounded in size."""
+    if exc is None:
+        if message is None:
+            return None
+        return {"class_path": "", "message": message[:MESSAGE_LIMIT], "traceback": ""}
+    cls = type(exc)
+    text = "".join(tb.format_exception(cls, exc, exc.__traceback__))
+    if len(text) > TRACEBACK_LIMIT:  # keep the end: the frame that raised and the message
+        text = "…" + text[-TRACEBACK_LIMIT:]
+    return {
+        "class_path": f"{cls.__module__}.{cls.__qualname__}",
+        "message": (message if message is not None else str(exc))[:MESSAGE_LIMIT],
+        "traceback": text,
+    }
+
+
+def describe(error: dict | None) -> str:
+    """Return the one-line ``last_error`` text for an error entry."""
+    if not error:
+        return ""
+    name = error["class_path"].rsplit(".", 1)[-1]
+    return f"{name}: {error['message']}" if name else error["message"]
+
+
+class AppendAttempt(Func):
+    """SQL: ``attempts_history`` with one more entry, for the run being ended by the UPDATE.
+
+    ``attempt``, ``worker`` and ``started_at`` come from the row as it was before the UPDATE
+    (SQL evaluates every SET expression against the old row).
+    """
+
+    output_field = JSONField()
+
+    def __init__(self, *, outcome: str, reason: str, error: dict | None, finished_at: datetime):
+        super().__init__()
+        self.entry = (finished_at, str(outcome), str(reason or ""), error)
+
+    def _params(self, connection) -> list:
+        finished_at, outcome, reason, error = self.entry
+        when = connection.ops.adapt_datetimefield_value(finished_at)
+        return [when, outcome, reason, json.dumps(error) if error is not None else None]
+
+    def as_postgresql(self, compiler, connection, **extra):
+        sql = (
+            "COALESCE(attempts_history, '[]'::jsonb) || jsonb_build_array(jsonb_build_object("
+            "'attempt', attempts, 'worker', locked_by, 'started_at', started_at, "
+            "'finished_at', %s::timestamptz, 'outcome', %s::text, 'reason', %s::text, "
+            "'error', %s::jsonb))"
+        )
+        return sql, self._params(connection)
+
+    def as_sqlite(self, compiler, connection, **extra):
+        sql = (
+            "json_insert(COALESCE(attempts_history, '[]'), '$[#]', json_object("
+            "'attempt', attempts, 'worker', locked_by, 'started_at', started_at, "
+            "'finished_at', %s, 'outcome', %s, 'reason', %s, 'error', json(%s)))"
+        )
+        return sql, self._params(connection)
+
+    def as_sql(self, compiler, connection, **extra):
+        raise NotImplementedError(f"attempt history is not written on {connection.vendor}")
+
+
+def _when(value) -> datetime | None:
+    if not value:
+        return None
+    parsed = parse_datetime(str(value))
+    if parsed is not None and timezone.is_naive(parsed):  # SQLite keeps naive UTC
+        parsed = parsed.replace(tzinfo=UTC)
+    return parsed
+
+
+def history(job) -> list[dict]:
+    """Return ``job``'s attempts, oldest first, with their times parsed."""
+    entries = job.attempts_history or []
+    if isinstance(entries, str):
+        entries = json.loads(entries)
+    return [
+        {
+            "attempt": entry.get("attempt"),
+            "worker": entry.get("worker") or "",
+            "started_at": _when(entry.get("started_at")),
+            "finished_at": _when(entry.get("finished_at")),
+            "outcome": entry.get("outcome") or "",
+            "reason": entry.get("reason") or "",
+            "error": entry.get("error"),
+        }
+        for entry in entries
+    ]
