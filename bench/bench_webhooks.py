@@ -1,47 +1,38 @@
-"""Webhook delivery throughput: Conveyor's workers against a plain ``requests.Session`` loop.
+"""Webhook delivery throughput: Conveyor's webhooks worker against plain ``requests``.
 
-Both post the same N event bodies to the same local receiver (127.0.0.1, answers 204 with
-keep-alive), in the same run:
+One worker serves the ``webhooks`` queue the way Conveyor runs it: ``--pool threads
+--concurrency 32`` (``BENCH_WEBHOOK_CONCURRENCY``). Two local receivers (127.0.0.1,
+``ThreadingHTTPServer``, 204 with keep-alive): one answers after ``BENCH_RECEIVER_DELAY``
+(0.1 s), one at once. Interleaved rounds (5, or 2 with ``BENCH_QUICK=1``) of four variants,
+each ``BENCH_EVENTS`` deliveries (2,000, or 400 quick):
 
-* **baseline**: one ``requests.Session`` posting the bodies one after another;
-* **conveyor**: ``notify()`` writes N events in one transaction (one delivery job each); a
-  real ``celery worker`` (``BENCH_CONCURRENCY``, default 2 processes) claims, signs, posts,
-  records each attempt and completes each job. The clock runs from the commit to the last
-  delivery marked ``delivered``. If deliveries stall for 15 s the sweeper runs once, as
-  beat would in production, and ``swept`` counts the jobs it re-sent (normally 0).
+* ``slow_conveyor``: ``notify()`` writes the events in one transaction (an Event, a Delivery
+  and a ``webhooks.deliver`` job each, one message per job); the worker claims, signs,
+  resolves and checks the host, posts, records the attempt and completes each job. The clock
+  runs from the commit to the last ``delivered_at``;
+* ``slow_pool``: a ``ThreadPoolExecutor`` of the same concurrency posting the same bodies,
+  signed the same way (both signatures, per post), with one ``requests.Session`` per thread;
+* ``instant_conveyor`` / ``instant_loop``: the same against the instant receiver, the
+  baseline a plain sequential ``requests.Session`` loop (unsigned, as before).
 
-Also the SQL statements of one successful delivery, counted in this process around one
-``webhooks.deliver`` call (the worker's hot path: claim, read, record, complete).
-
-The ratio is conveyor / baseline deliveries per second. Settings (environment):
-``BENCH_DATABASE_URL`` (postgres://postgres@127.0.0.1:5432/conveyor_bench),
-``BENCH_REDIS_URL`` (redis://127.0.0.1:6379/9), ``BENCH_EVENTS`` (2000, or 300 with
-``BENCH_QUICK=1``), ``BENCH_CONCURRENCY`` (2). Results go to ``bench/results/webhooks.json``.
+If deliveries stall for 15 s the sweeper runs once, as beat would, and ``swept`` counts the
+jobs it re-sent (normally 0). Also the SQL statements of one delivery, counted in-process.
 """
 
-import json
 import os
-import signal
-import subprocess
-import sys
-import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
-from urllib.parse import urlparse
 
-ROOT = Path(__file__).resolve().parent.parent
-QUICK = os.environ.get("BENCH_QUICK") == "1"
-EVENTS = int(os.environ.get("BENCH_EVENTS") or (300 if QUICK else 2000))
-CONCURRENCY = int(os.environ.get("BENCH_CONCURRENCY") or 2)
-DATABASE_URL = os.environ.get(
-    "BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/conveyor_bench"
-)
-REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/9")
-# No delivery for this long: run the sweeper once, as beat would (it re-sends jobs that are
-# due for longer than CONVEYOR_SWEEPER_GRACE but were never claimed, e.g. a lost publish).
+from bench import harness
+
+EVENTS = int(os.environ.get("BENCH_EVENTS") or (400 if harness.QUICK else 2000))
+THREADS = int(os.environ.get("BENCH_WEBHOOK_CONCURRENCY") or 32)
+DELAY = float(os.environ.get("BENCH_RECEIVER_DELAY") or 0.1)
 STALL_SECONDS = 15
+TIMEOUT = 300
+TOPIC = "deployment.succeeded"
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -49,139 +40,120 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:  # noqa: N802
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if self.server.delay:
+            time.sleep(self.server.delay)
         self.send_response(204)
         self.send_header("Content-Length", "0")
         self.end_headers()
-        self.server.count += 1
+        with self.server.lock:
+            self.server.count += 1
 
     def log_message(self, format, *args) -> None:  # noqa: A002
         pass
 
 
-def start_receiver() -> ThreadingHTTPServer:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    server.daemon_threads = True
-    server.count = 0
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
+class Receiver(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 128
 
+    def __init__(self, delay: float) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.delay, self.count, self.lock = delay, 0, threading.Lock()
+        threading.Thread(target=self.serve_forever, daemon=True).start()
 
-def setup_django(var_dir: str) -> None:
-    os.environ.update(
-        DATABASE_URL=DATABASE_URL,
-        CELERY_BROKER_URL=REDIS_URL,
-        CONVEYOR_VAR_DIR=var_dir,
-        CONVEYOR_WEBHOOKS_ALLOW_PRIVATE="true",
-        DJANGO_SETTINGS_MODULE="project.settings",
-    )
-    sys.path.insert(0, str(ROOT))
-    import psycopg
-
-    parsed = urlparse(DATABASE_URL)
-    name = parsed.path.lstrip("/")
-    admin = parsed._replace(path="/postgres").geturl()
-    with psycopg.connect(admin, autocommit=True) as conn:
-        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone():
-            conn.execute(f'CREATE DATABASE "{name}"')
-    import logging
-
-    import django
-
-    django.setup()
-    logging.getLogger().setLevel(logging.WARNING)  # this process only; the worker logs INFO
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/hook"
 
 
 def reset() -> None:
     from jobs.models import Job
-    from project.celery import QUEUES, app
     from webhooks.models import Endpoint, Event
 
     Endpoint.objects.all().delete()
     Event.objects.all().delete()
     Job.objects.filter(task="webhooks.deliver").delete()
-    with app.connection_for_write() as conn:
-        for queue in QUEUES:
-            conn.default_channel.queue_purge(queue)
-
-
-def baseline(url: str, bodies: list[bytes]) -> float:
-    """Post every body with one requests.Session; return the seconds it took."""
-    import requests
-
-    headers = {"Content-Type": "application/json"}
-    with requests.Session() as session:
-        started = time.perf_counter()
-        for body in bodies:
-            session.post(url, data=body, headers=headers, timeout=10).raise_for_status()
-        return time.perf_counter() - started
-
-
-def start_worker(var_dir: str) -> subprocess.Popen:
-    log = open(Path(var_dir) / "worker.log", "wb")  # noqa: SIM115 - lives as long as the worker
-    process = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "project", "worker", "--queues", "webhooks"]
-        + ["--concurrency", str(CONCURRENCY), "--hostname", f"bench-{os.getpid()}@%h"]
-        + ["--without-gossip", "--without-mingle", "--without-heartbeat", "--loglevel", "INFO"],
-        cwd=ROOT,
-        env=dict(os.environ),
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    deadline = time.monotonic() + 60
-    while b"ready." not in (Path(var_dir) / "worker.log").read_bytes():
-        if process.poll() is not None or time.monotonic() > deadline:
-            stop_worker(process)
-            raise SystemExit("the benchmark worker did not start: see " + log.name)
-        time.sleep(0.2)
-    return process
-
-
-def stop_worker(process: subprocess.Popen) -> None:
-    if process.poll() is not None:
-        return
-    process.send_signal(signal.SIGTERM)
-    try:
-        process.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait(timeout=10)
+    harness.purge()
 
 
 def conveyor(url: str) -> dict:
-    """Deliver EVENTS events through notify() and a real worker; return the timings."""
+    """Deliver EVENTS events through notify() and the worker; return timings and bodies."""
     from django.db import transaction
+    from django.db.models import Max
 
     from jobs.maintenance.sweeper import sweep
     from webhooks import notify, services
     from webhooks.models import Delivery, DeliveryStatus
 
-    services.endpoint_create(url=url, topics=["deployment.succeeded"], actor="bench")
-    started = time.perf_counter()
+    reset()
+    endpoint = services.endpoint_create(url=url, topics=[TOPIC], actor="bench")
+    started = time.time()
     with transaction.atomic():
-        events = [notify("deployment.succeeded", {"deployment": n}) for n in range(EVENTS)]
-    committed = time.perf_counter()
-    deadline, delivered, progress_at, swept = committed + 300, 0, committed, 0
+        events = [notify(TOPIC, {"deployment": n}) for n in range(EVENTS)]
+        committing = time.time()
+    deadline, delivered, progress_at, swept = time.monotonic() + TIMEOUT, 0, time.monotonic(), 0
     while delivered < EVENTS:
-        now = time.perf_counter()
+        now = time.monotonic()
         if now > deadline:
-            raise SystemExit(f"deliveries did not finish within 5 minutes: {stuck()}")
+            raise SystemExit(f"deliveries did not finish within {TIMEOUT}s: {stuck()}")
         if now - progress_at > STALL_SECONDS:  # what beat's sweeper does in production
             swept += sweep().republished
             progress_at = now
         time.sleep(0.05)
         count = Delivery.objects.filter(status=DeliveryStatus.DELIVERED).count()
-        delivered, progress_at = count, (time.perf_counter() if count > delivered else progress_at)
-    done = time.perf_counter()
+        delivered, progress_at = count, (time.monotonic() if count > delivered else progress_at)
+    last = Delivery.objects.aggregate(last=Max("delivered_at"))["last"].timestamp()
     return {
-        "bodies": [e.body.encode() for e in events],
-        "notify_seconds": committed - started,
-        "deliver_seconds": done - committed,
+        "seconds": last - committing,
+        "notify_seconds": committing - started,
         "swept": swept,
+        "events": [(e.message_id, e.body.encode()) for e in events],
+        "endpoint": endpoint,
     }
+
+
+def signed_pool(url: str, run: dict) -> float:
+    """Post the same bodies, signed the same way, from THREADS threads; return the seconds."""
+    import requests
+    from django.utils import timezone
+
+    from webhooks.signing import active_secrets, signature_headers
+
+    local = threading.local()
+    endpoint = run["endpoint"]
+
+    def post(event: tuple[str, bytes]) -> None:
+        message_id, body = event
+        session = getattr(local, "session", None) or requests.Session()
+        local.session = session
+        now = timezone.now()
+        headers = signature_headers(
+            active_secrets(endpoint, now),
+            message_id=message_id,
+            topic=TOPIC,
+            timestamp=int(now.timestamp()),
+            body=body,
+        )
+        headers["Content-Type"] = "application/json"
+        session.post(url, data=body, headers=headers, timeout=10).raise_for_status()
+
+    with ThreadPoolExecutor(THREADS) as pool:
+        list(pool.map(post, run["events"][:THREADS]))  # connect every thread's session
+        started = time.perf_counter()
+        list(pool.map(post, run["events"]))
+        return time.perf_counter() - started
+
+
+def plain_loop(url: str, run: dict) -> float:
+    """Post every body with one requests.Session, one after another; return the seconds."""
+    import requests
+
+    headers = {"Content-Type": "application/json"}
+    with requests.Session() as session:
+        started = time.perf_counter()
+        for _, body in run["events"]:
+            session.post(url, data=body, headers=headers, timeout=10).raise_for_status()
+        return time.perf_counter() - started
 
 
 def statements_per_delivery() -> list[str]:
@@ -193,7 +165,7 @@ def statements_per_delivery() -> list[str]:
     from webhooks.models import Delivery
     from webhooks.tasks import deliver
 
-    event = notify("deployment.succeeded", {"deployment": "statements"})
+    event = notify(TOPIC, {"deployment": "statements"})
     (delivery,) = Delivery.objects.filter(event=event)
     with CaptureQueriesContext(connection) as queries:
         deliver(delivery.job_id)
@@ -222,40 +194,62 @@ def stuck() -> dict:
     }
 
 
-def main() -> None:
-    with tempfile.TemporaryDirectory(prefix="bench-webhooks-") as var_dir:
-        setup_django(var_dir)
-        reset()
-        receiver = start_receiver()
-        url = f"http://127.0.0.1:{receiver.server_address[1]}/hook"
-        worker = start_worker(var_dir)
-        try:
-            run = conveyor(url)
-        finally:
-            stop_worker(worker)
-        base_seconds = baseline(url, run["bodies"])
-        received = receiver.count
-        statements = statements_per_delivery()  # its message is purged by reset() below
-        receiver.shutdown()
-        result = {
-            "events": EVENTS,
-            "worker_concurrency": CONCURRENCY,
-            "conveyor_deliveries_per_s": round(EVENTS / run["deliver_seconds"], 1),
-            "baseline_posts_per_s": round(EVENTS / base_seconds, 1),
-            "notify_events_per_s": round(EVENTS / run["notify_seconds"], 1),
-            "received": received,
-            "swept": run["swept"],
-            "sql_statements_per_delivery": len(statements),
-            "sql_statement_kinds": " + ".join(statements),
-        }
-        result["ratio"] = round(
-            result["conveyor_deliveries_per_s"] / result["baseline_posts_per_s"], 3
-        )
-        reset()
-    out = ROOT / "bench" / "results"
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "webhooks.json").write_text(json.dumps(result, indent=2) + "\n")
-    print("webhooks:", json.dumps(result))
+def main() -> dict:
+    env = harness.configure_environment(CONVEYOR_WEBHOOKS_ALLOW_PRIVATE="true")
+    harness.prepare_database()
+    harness.setup_django()
+    reset()
+    slow, instant = Receiver(DELAY), Receiver(0)
+    runs: dict[str, dict] = {}  # the latest conveyor run per receiver: its bodies for baselines
+    swept, notify_rates = 0, []
+
+    def deliver(receiver: Receiver) -> float:
+        nonlocal swept
+        run = runs[receiver.url] = conveyor(receiver.url)
+        swept += run["swept"]
+        notify_rates.append(EVENTS / run["notify_seconds"])
+        return run["seconds"]
+
+    variants = {
+        "slow_conveyor": lambda: deliver(slow),
+        "slow_pool": lambda: signed_pool(slow.url, runs[slow.url]),
+        "instant_conveyor": lambda: deliver(instant),
+        "instant_loop": lambda: plain_loop(instant.url, runs[instant.url]),
+    }
+    rate: dict[str, list[float]] = {name: [] for name in variants}
+    worker = harness.start_worker(env, concurrency=THREADS, queues="webhooks", pool="threads")
+    try:
+        for round_no in range(harness.ROUNDS):
+            # a baseline needs its conveyor run's bodies: rotate the pairs, not the four
+            pairs = harness.order(
+                [("slow_conveyor", "slow_pool"), ("instant_conveyor", "instant_loop")], round_no
+            )
+            for name in [name for pair in pairs for name in pair]:
+                rate[name].append(EVENTS / variants[name]())
+                print(f"round {round_no + 1} {name}: {rate[name][-1]:.1f}/s", flush=True)
+    finally:
+        worker.stop()
+    statements = statements_per_delivery()
+    reset()
+    results = {
+        "events_per_round": EVENTS,
+        "worker": f"--pool threads --concurrency {THREADS}",
+        "receiver_delay_s": DELAY,
+    }
+    for name in variants:
+        results[f"{name}_per_s"] = harness.summary(rate[name])
+    results["slow_conveyor_vs_pool"] = harness.ratio_summary(
+        rate["slow_conveyor"], rate["slow_pool"]
+    )
+    results["instant_conveyor_vs_loop"] = harness.ratio_summary(
+        rate["instant_conveyor"], rate["instant_loop"]
+    )
+    results["notify_events_per_s"] = harness.summary(notify_rates)
+    results["swept"] = swept
+    results["received"] = slow.count + instant.count
+    results["sql_statements_per_delivery"] = f"{len(statements)}: {' + '.join(statements)}"
+    harness.record("webhooks", results)
+    return results
 
 
 if __name__ == "__main__":

@@ -1,11 +1,25 @@
-"""Tasks the benchmarks run: a raw Celery no-op as the baseline for ``jobs.noop``."""
+"""Tasks the benchmarks run: raw Celery baselines and two small Conveyor jobs.
+
+* ``bench.raw_noop``: a raw Celery no-op, the baseline for ``jobs.noop``;
+* ``bench.raw_two_updates``: raw Celery doing a claim-like and a complete-like single-row
+  UPDATE, each its own commit, on ``bench_floor``: the floor of one job per message;
+* ``bench.raw_stamp`` / ``bench.job_stamp``: push ``time.time()`` at body start to a Redis
+  list, for pickup latency.
+
+Each raw task also stamps ``bench:last`` with the time it finished, so the benchmark reads
+when the last one ended rather than when its poll noticed.
+"""
 
 import os
+import time
 
 import redis
 from celery import shared_task
 
+from jobs.task import JobContext, JobTask
+
 _counter = None
+FLOOR_TABLE = "bench_floor"
 
 
 def counter() -> redis.Redis:
@@ -15,7 +29,46 @@ def counter() -> redis.Redis:
     return _counter
 
 
+def _count(key: str) -> None:
+    pipe = counter().pipeline(transaction=False)
+    pipe.incr(key)
+    pipe.set("bench:last", repr(time.time()))
+    pipe.execute()
+
+
 @shared_task(name="bench.raw_noop", ignore_result=True, acks_late=True)
 def raw_noop() -> None:
     """Do nothing but count the run, so the benchmark knows when all have finished."""
-    counter().incr("bench:raw_noop")
+    _count("bench:raw_noop")
+
+
+@shared_task(name="bench.raw_two_updates", ignore_result=True, acks_late=True)
+def raw_two_updates(row_id: int) -> None:
+    """Claim and complete one ``bench_floor`` row: two single-row UPDATEs, two commits."""
+    from django.db import connection
+
+    worker = f"bench/{os.getpid()}"
+    with connection.cursor() as cursor:  # autocommit: each statement is its own commit
+        cursor.execute(
+            f"UPDATE {FLOOR_TABLE} SET status = 'running', attempts = attempts + 1, "
+            "locked_by = %s, started_at = now() WHERE id = %s AND status = 'queued' "
+            "RETURNING id, payload",
+            [worker, row_id],
+        )
+        if cursor.fetchone() is not None:
+            cursor.execute(
+                f"UPDATE {FLOOR_TABLE} SET status = 'succeeded', locked_by = '', "
+                "finished_at = now() WHERE id = %s AND locked_by = %s AND status = 'running'",
+                [row_id, worker],
+            )
+    _count("bench:raw_two_updates")
+
+
+@shared_task(name="bench.raw_stamp", ignore_result=True, acks_late=True)
+def raw_stamp(key: str) -> None:
+    counter().rpush(key, repr(time.time()))
+
+
+@shared_task(base=JobTask, name="bench.job_stamp")
+def job_stamp(ctx: JobContext) -> None:
+    counter().rpush(ctx.payload["key"], repr(time.time()))

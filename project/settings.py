@@ -208,6 +208,8 @@ CONVEYOR_WEBHOOK_BACKOFF = env.duration("CONVEYOR_WEBHOOK_BACKOFF", "30s")
 CONVEYOR_WEBHOOK_BACKOFF_MAX = env.duration("CONVEYOR_WEBHOOK_BACKOFF_MAX", "15m")
 CONVEYOR_WEBHOOK_RETRY_AFTER_MAX = env.duration("CONVEYOR_WEBHOOK_RETRY_AFTER_MAX", "15m")
 CONVEYOR_WEBHOOK_RETENTION = env.duration("CONVEYOR_WEBHOOK_RETENTION", "30d")
+# Threads of the ``webhooks`` worker (make run, docker-compose): deliveries wait on receivers.
+CONVEYOR_WEBHOOK_CONCURRENCY = env.integer("CONVEYOR_WEBHOOK_CONCURRENCY", 32, minimum=1)
 CONVEYOR_WORKSPACES_DIR = Path(env.string("CONVEYOR_WORKSPACES_DIR", str(VAR_DIR / "workspaces")))
 
 # --- Logging: one JSON object per line on stdout -----------------------------------------

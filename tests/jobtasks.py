@@ -89,3 +89,35 @@ def wait_for_cancel_task(ctx: JobContext):
 def add(x: int, y: int) -> int:
     """A plain Celery task whose result django-celery-results stores."""
     return x + y
+
+
+SIDE_EFFECTS_TABLE = "test_side_effect"
+
+
+def create_side_effects_table() -> None:
+    """One row per job that ran (unique per job); a second run bumps ``runs`` instead."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"CREATE TABLE IF NOT EXISTS {SIDE_EFFECTS_TABLE} "
+            "(job_id bigint PRIMARY KEY, runs integer NOT NULL)"
+        )
+
+
+@shared_task(base=JobTask, name="tests.side_effect")
+def side_effect_task(ctx: JobContext):
+    """Sleep ``payload["sleep"]`` seconds, then record the side effect as the body's last act;
+    raise on the first attempt when ``payload["fail_first"]``."""
+    from django.db import connection
+
+    time.sleep(float(ctx.payload.get("sleep", 0)))
+    if ctx.payload.get("fail_first") and ctx.job.attempts == 1:
+        raise ValueError(f"job {ctx.job.pk} fails its first attempt")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {SIDE_EFFECTS_TABLE} (job_id, runs) VALUES (%s, 1) "
+            f"ON CONFLICT (job_id) DO UPDATE SET runs = {SIDE_EFFECTS_TABLE}.runs + 1",
+            [ctx.job.pk],
+        )
+    return ctx.job.pk

@@ -13,6 +13,7 @@ Setting                                Default  Meaning
 ``CONVEYOR_WEBHOOK_BACKOFF_MAX``       15m      cap on one backoff delay
 ``CONVEYOR_WEBHOOK_RETRY_AFTER_MAX``   15m      cap on a receiver's ``Retry-After``
 ``CONVEYOR_WEBHOOK_RETENTION``         30d      finished deliveries and old events kept this long
+``CONVEYOR_WEBHOOK_CONCURRENCY``       32       threads of the ``webhooks`` worker (its pool)
 =====================================  =======  ==============================================
 """
 
@@ -45,6 +46,7 @@ class WebhookSettings:
     backoff_max: int
     retry_after_max: int
     retention: timedelta
+    concurrency: int
 
 
 def parse_networks(raw: str) -> tuple[Network, ...]:
@@ -72,6 +74,7 @@ def get() -> WebhookSettings:
         backoff_max=int(settings.CONVEYOR_WEBHOOK_BACKOFF_MAX.total_seconds()),
         retry_after_max=int(settings.CONVEYOR_WEBHOOK_RETRY_AFTER_MAX.total_seconds()),
         retention=settings.CONVEYOR_WEBHOOK_RETENTION,
+        concurrency=settings.CONVEYOR_WEBHOOK_CONCURRENCY,
     )
 
 

@@ -85,7 +85,12 @@ def test_5xx_twice_then_200_is_delivered_on_attempt_3_with_the_same_webhook_id(
     assert {r.header("webhook-id") for r in requests} == {event.message_id}
     for request in requests:
         verify_both(endpoint.secret, request)
-    assert delivery.job.attempts == 3 and delivery.job.status == JobStatus.SUCCEEDED
+    job = wait_until(
+        lambda: Job.objects.filter(pk=delivery.job_id, status=JobStatus.SUCCEEDED).first(),
+        message="the delivery's job to complete",
+    )
+    assert job.attempts == 3
+    assert [e["outcome"] for e in job.attempts_history] == ["retrying", "retrying", "succeeded"]
     attempts = list(delivery.attempts.all())
     assert [a.outcome for a in attempts] == ["retry", "retry", "delivered"]
     assert [a.status_code for a in attempts] == [500, 503, 200]

@@ -25,7 +25,7 @@ def test_a_successful_delivery_costs_four_sql_statements(receiver):
     # The job's claim, the read of delivery + event + endpoint, the attempt row written with
     # the delivery's move and the endpoint's reset in one statement, the job's completion.
     assert [kind for kind, _ in statements] == ["UPDATE", "SELECT", "WITH", "UPDATE"]
-    assert '"jobs_job"' in statements[0][1] and '"jobs_job"' in statements[3][1]
+    assert "jobs_job" in statements[0][1] and "jobs_job" in statements[3][1]
     record = statements[2][1]
     for table in ("webhooks_deliveryattempt", "webhooks_endpoint", "webhooks_delivery"):
         assert f'"{table}"' in record

@@ -1,0 +1,101 @@
+"""jobs.outcome: one decision for every way a run can end, and its history entry."""
+
+from datetime import timedelta
+
+import pytest
+from billiard.exceptions import SoftTimeLimitExceeded
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from jobs import outcome, services
+from jobs.errors import Permanent, RetryAfter, Snooze
+from jobs.models import Job, JobReason, JobStatus
+from jobs.tasks import noop
+from tests.jobtasks import flaky_task
+
+S, R, H = JobStatus, JobReason, outcome.Happened
+NOW = timezone.now()
+
+
+def run(attempts=1, max_attempts=3, cancel=False) -> Job:
+    return Job(
+        pk=1,
+        task="tests.flaky",
+        attempts=attempts,
+        max_attempts=max_attempts,
+        cancel_requested_at=NOW if cancel else None,
+    )
+
+
+@pytest.mark.parametrize(
+    ("event", "job", "expected"),
+    [
+        (outcome.Event.returned("1"), run(), (S.SUCCEEDED, "")),
+        (outcome.Event.raised(ConnectionError("x")), run(), (S.RETRYING, R.ERROR)),
+        (outcome.Event.raised(ConnectionError("x")), run(3, 3), (S.DEAD, R.EXHAUSTED)),
+        (outcome.Event.raised(Permanent("x")), run(), (S.DEAD, R.PERMANENT)),
+        (outcome.Event.raised(SystemExit(3)), run(), (S.DEAD, R.PERMANENT)),
+        (outcome.Event.raised(KeyboardInterrupt()), run(), (S.DEAD, R.PERMANENT)),
+        (outcome.Event.raised(Snooze(30)), run(3, 3), (S.RETRYING, R.SNOOZED)),
+        (outcome.Event.raised(SoftTimeLimitExceeded()), run(), (S.RETRYING, R.TIME_LIMIT)),
+        (outcome.Event.raised(SoftTimeLimitExceeded()), run(3, 3), (S.DEAD, R.TIME_LIMIT)),
+        (outcome.Event.lost(H.WORKER_LOST, "gone"), run(), (S.RETRYING, R.WORKER_LOST)),
+        (outcome.Event.lost(H.WORKER_LOST, "gone"), run(3, 3), (S.DEAD, R.WORKER_LOST)),
+        (outcome.Event.lost(H.LEASE_EXPIRED, "gone"), run(3, 3), (S.DEAD, R.LEASE_EXPIRED)),
+        (outcome.Event.lost(H.WORKER_SHUTDOWN, "bye"), run(3, 3), (S.RETRYING, R.WORKER_SHUTDOWN)),
+        # A cancel that was asked for wins over every other ending: it never runs again.
+        (outcome.Event.returned("1"), run(cancel=True), (S.CANCELLED, R.CANCELLED)),
+        (outcome.Event.lost(H.WORKER_LOST, "gone"), run(cancel=True), (S.CANCELLED, R.CANCELLED)),
+        (outcome.Event.lost(H.LEASE_EXPIRED, "x"), run(cancel=True), (S.CANCELLED, R.CANCELLED)),
+        (outcome.Event.raised(ValueError("x")), run(cancel=True), (S.CANCELLED, R.CANCELLED)),
+    ],
+)
+def test_decide(event, job, expected):
+    decision = outcome.decide(event, job, flaky_task, now=NOW)
+    assert (decision.status, decision.reason) == expected
+
+
+def test_backoff_grows_with_attempts_and_is_capped_by_the_task():
+    class Task:
+        autoretry_for, dont_autoretry_for = (Exception,), ()
+        retry_backoff, retry_backoff_max, retry_jitter = 10, 35, False
+
+    delays = [
+        (outcome.decide(outcome.Event.raised(OSError()), run(n, 9), Task, now=NOW).run_after - NOW)
+        for n in (1, 2, 3, 4)
+    ]
+    assert delays == [timedelta(seconds=s) for s in (10, 20, 35, 35)]
+    retry_after = outcome.Event.raised(RetryAfter("slow down", seconds=7))
+    assert outcome.decide(retry_after, run(4, 9), Task, now=NOW).run_after == NOW + timedelta(
+        seconds=7
+    )
+
+
+def test_an_error_the_task_does_not_retry_is_permanent():
+    class Task:
+        autoretry_for, dont_autoretry_for = (ConnectionError,), ()
+
+    decision = outcome.decide(outcome.Event.raised(ValueError("bad")), run(), Task)
+    assert (decision.status, decision.reason) == (S.DEAD, R.PERMANENT)
+    assert decision.error["class_path"] == "builtins.ValueError"
+
+
+@pytest.mark.django_db
+def test_the_success_path_is_two_statements_single_and_n_plus_one_batched():
+    """Pinned: a single job is claimed and completed by two statements; a batch of n jobs
+    by n + 1 (each completion rides on the next claim)."""
+    job = services.enqueue("jobs.noop", {})
+    with CaptureQueriesContext(connection) as single:
+        noop(job.pk)
+    assert [q["sql"].split()[0] for q in single.captured_queries] == ["UPDATE", "UPDATE"]
+    batch = [j.pk for j in services.enqueue_many("jobs.noop", [{} for _ in range(5)])]
+    with CaptureQueriesContext(connection) as batched:
+        noop(batch)
+    expected = 6 if connection.vendor == "postgresql" else 10  # SQLite has no UPDATE in WITH
+    assert len(batched.captured_queries) == expected
+    done = Job.objects.filter(pk__in=[job.pk, *batch])
+    assert set(done.values_list("status", flat=True)) == {S.SUCCEEDED}
+    [entry] = Job.objects.get(pk=batch[2]).attempts_history
+    assert (entry["attempt"], entry["outcome"], entry["error"]) == (1, "succeeded", None)
+    assert entry["worker"].startswith("local/")
