@@ -78,3 +78,21 @@ def test_every_kind_of_bad_request_gets_the_error_shape(make_api):
     assert error["details"]["fields"][0]["field"].endswith("limit")
     assert_error(api.get("/jobs/abc"), 404)
     assert_error(api.get("/jobs", task="\x00"), 422)
+
+
+@pytest.mark.django_db
+def test_job_detail_carries_the_attempt_history(make_api):
+    from jobs import services
+    from tests.jobtasks import flaky_task
+
+    job = services.enqueue("tests.flaky", {"fail_runs": 1})
+    flaky_task(job.pk)  # in this process: the first run fails and the job is retried
+    body = make_api("admin").get(f"/jobs/{job.pk}").json()
+    assert (body["status"], body["reason"], body["attempts"]) == ("retrying", "error", 1)
+    [entry] = body["attempts_history"]
+    assert (entry["attempt"], entry["outcome"], entry["reason"]) == (1, "retrying", "error")
+    assert entry["worker"].startswith("local/")
+    assert entry["started_at"] <= entry["finished_at"]
+    assert entry["error"]["class_path"] == "builtins.ConnectionError"
+    assert entry["error"]["message"] == "transient failure on attempt 1"
+    assert 'raise ConnectionError(f"transient failure' in entry["error"]["traceback"]
