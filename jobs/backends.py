@@ -1,18 +1,43 @@
 """A ``django.tasks`` backend that runs Django's built-in tasks as Conveyor jobs.
 
-``@task``-decorated functions enqueue a Job of task ``jobs.django_task`` whose payload names
-the function and its arguments; the job engine gives them leases, retries and dead letters.
+A ``@task`` function's ``enqueue()`` writes a Job of task ``jobs.django_task`` in the caller's
+transaction; its payload names the function, its arguments and the task's options, so
+``get_result()`` rebuilds exactly the task that was enqueued. The job engine gives it a lease,
+a per-attempt history and a dead letter; its ``TaskResult`` is read from the Job row:
+
+=================  ====================================================================
+``status``         queued or retrying → READY (will run), running → RUNNING, succeeded →
+                   SUCCESSFUL, dead or cancelled → FAILED
+``errors``         one ``TaskError`` per failed attempt, oldest first: the real exception
+                   class path and its formatted traceback (the last 8,000 characters)
+``worker_ids``     the worker of every attempt (so ``attempts`` counts them)
+=================  ====================================================================
+
+Options (``TASKS[alias]["OPTIONS"]``): ``max_attempts`` (default 1: as Django documents, a
+task that raises has failed; more opts into Conveyor's retries with backoff). Signals:
+``task_enqueued`` once the enqueue commits, ``task_started`` in the worker when an attempt
+starts, ``task_finished`` once the attempt's end is recorded (SUCCESSFUL, FAILED, or READY
+when it will be retried).
 """
 
+import dataclasses
+
+from django.db import transaction
 from django.tasks.backends.base import BaseTaskBackend
 from django.tasks.base import TaskError, TaskResult, TaskResultStatus
 from django.tasks.exceptions import TaskResultDoesNotExist
+from django.tasks.signals import task_enqueued
+from django.utils.dateparse import parse_datetime
 from django.utils.json import normalize_json
+from django.utils.module_loading import import_string
 
 from jobs import services
+from jobs.attempts import history
 from jobs.models import Job, JobStatus
 
-_STATUS = {
+TASK_NAME = "jobs.django_task"
+MAX_ID = 2**63 - 1
+STATUS = {
     JobStatus.QUEUED: TaskResultStatus.READY,
     JobStatus.RETRYING: TaskResultStatus.READY,
     JobStatus.RUNNING: TaskResultStatus.RUNNING,
@@ -24,50 +49,96 @@ _STATUS = {
 
 class ConveyorBackend(BaseTaskBackend):
     supports_defer = True
+    supports_async_task = True  # coroutine functions run to completion in the worker
     supports_get_result = True
-    supports_priority = False  # the broker delivers in order; Job.priority only orders the sweeper
+    # The broker delivers messages in the order they were published; Job.priority only
+    # orders the sweeper's re-sends, so a priority would promise what is not kept.
+    supports_priority = False
+
+    def __init__(self, alias, params):
+        super().__init__(alias, params)
+        self.max_attempts = int(self.options.get("max_attempts", 1))
 
     def enqueue(self, task, args, kwargs):
         self.validate_task(task)
         job = services.enqueue(
-            "jobs.django_task",
+            TASK_NAME,
             {
                 "path": task.module_path,
                 "args": normalize_json(args),
                 "kwargs": normalize_json(kwargs),
                 "takes_context": task.takes_context,
+                "queue_name": task.queue_name,
+                "priority": task.priority,
+                "run_after": task.run_after.isoformat() if task.run_after else None,
+                "backend": self.alias,
             },
-            queue=task.queue_name if task.queue_name != "default" else None,
+            queue=task.queue_name,
             priority=task.priority,
             run_after=task.run_after,
+            max_attempts=self.max_attempts,
         )
-        return self._result(task, job)
+        result = self.result(job, task=task)
+        transaction.on_commit(
+            lambda: task_enqueued.send(type(self), task_result=result), robust=True
+        )
+        return result
 
     def get_result(self, result_id):
-        job = Job.objects.filter(pk=result_id, task="jobs.django_task").first()
+        try:
+            job_id = int(str(result_id))
+        except ValueError:
+            raise TaskResultDoesNotExist(result_id) from None
+        job = None
+        if 0 < job_id <= MAX_ID:
+            job = Job.objects.filter(pk=job_id, task=TASK_NAME).first()
         if job is None:
             raise TaskResultDoesNotExist(result_id)
-        from django.utils.module_loading import import_string
+        return self.result(job)
 
-        task = import_string(job.payload["path"])
-        return self._result(task, job)
+    def task_of(self, job: Job):
+        """Rebuild the task exactly as it was enqueued (queue, priority, run_after)."""
+        payload = job.payload
+        task = import_string(payload["path"])
+        run_after = payload.get("run_after")
+        return dataclasses.replace(
+            task,
+            backend=self.alias,
+            queue_name=payload.get("queue_name", task.queue_name),
+            priority=payload.get("priority", task.priority),
+            run_after=parse_datetime(run_after) if run_after else None,
+        )
 
-    def _result(self, task, job: Job) -> TaskResult:
+    def result(self, job: Job, *, task=None, status=None) -> TaskResult:
+        """The ``TaskResult`` of ``job`` as its row (and its attempt history) tell it."""
+        attempts = history(job)
+        workers = [entry["worker"] for entry in attempts]
+        if job.status == JobStatus.RUNNING and job.locked_by:
+            workers.append(job.locked_by)  # the attempt under way
+        errors = [
+            TaskError(
+                exception_class_path=entry["error"]["class_path"] or "builtins.Exception",
+                traceback=entry["error"]["traceback"] or entry["error"]["message"],
+            )
+            for entry in attempts
+            if entry["error"] and entry["outcome"] != JobStatus.SUCCEEDED
+        ]
+        last_start = attempts[-1]["started_at"] if attempts else None
+        if job.status == JobStatus.RUNNING:
+            last_start = job.started_at
         result = TaskResult(
-            task=task,
+            task=task or self.task_of(job),
             id=str(job.pk),
-            status=_STATUS[job.status],
+            status=status or STATUS[job.status],
             enqueued_at=job.created_at,
-            started_at=job.started_at,
+            started_at=attempts[0]["started_at"] if attempts else job.started_at,
             finished_at=job.finished_at,
-            last_attempted_at=job.started_at,
+            last_attempted_at=last_start,
             args=job.payload.get("args", []),
             kwargs=job.payload.get("kwargs", {}),
             backend=self.alias,
-            errors=[TaskError(exception_class_path="builtins.Exception", traceback=job.last_error)]
-            if job.last_error
-            else [],
-            worker_ids=[job.locked_by] if job.locked_by else [],
+            errors=errors,
+            worker_ids=workers,
         )
         object.__setattr__(result, "_return_value", job.result)
         return result

@@ -91,24 +91,30 @@ class JobTask(Task):
             if job is None:
                 return _dropped(self, job_ids)
             done = self._run_job(job)
-            if done is not None:
-                _complete(*done)
+            if done is not None and _complete(*done):
+                self.run_ended(done[0])
             return None
         done = None  # a success whose completion rides on the next claim
         for job_id in dict.fromkeys(int(i) for i in job_ids):
             completed, job = statements.complete_and_claim(
                 *(done or (None, None)), job_id, worker=worker
             )
-            if done is not None:
-                _succeeded(done[0]) if completed else services.log_job("job.complete_lost", done[0])
+            if done is not None and completed:
+                _succeeded(done[0])
+                self.run_ended(done[0])
+            elif done is not None:
+                services.log_job("job.complete_lost", done[0])
             done = None
             if job is None:
                 _dropped(self, job_id)
                 continue
             done = self._run_job(job)
-        if done is not None:
-            _complete(*done)
+        if done is not None and _complete(*done):
+            self.run_ended(done[0])
         return None
+
+    def run_ended(self, job: Job) -> None:
+        """Called once a run's end is recorded (not for runs lost with their worker)."""
 
     def _run_job(self, job: Job) -> tuple[Job, str] | None:
         """Run the body; return ``(job, encoded result)`` on success, else apply the outcome."""
@@ -132,7 +138,9 @@ class JobTask(Task):
         decision = outcome.decide(event, job, self)
         if decision.status == outcome.S.SUCCEEDED:
             return job, decision.result
-        outcome.apply(decision, job)
+        ended = outcome.apply(decision, job)
+        if ended is not None:
+            self.run_ended(ended)
         return None
 
     def retry(
@@ -159,11 +167,12 @@ def _claim(job_id: int, *, worker: str) -> Job | None:
         return statements.claim(job_id, worker=worker)
 
 
-def _complete(job: Job, encoded: str) -> None:
+def _complete(job: Job, encoded: str) -> bool:
     if not statements.complete(job, encoded):
         services.log_job("job.complete_lost", job)
-    else:
-        _succeeded(job)
+        return False
+    _succeeded(job)
+    return True
 
 
 def _succeeded(job: Job) -> None:

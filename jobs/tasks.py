@@ -7,6 +7,7 @@ from celery import shared_task
 from jobs.maintenance.purge import purge
 from jobs.maintenance.reaper import reap
 from jobs.maintenance.sweeper import sweep
+from jobs.models import Job
 from jobs.task import JobContext, JobTask
 
 
@@ -34,18 +35,39 @@ def purge_jobs() -> dict:
     return vars(purge())
 
 
-@shared_task(base=JobTask, name="jobs.django_task")
+class DjangoTask(JobTask):
+    """Runs ``django.tasks`` functions; sends Django's task signals around each attempt."""
+
+    job_max_attempts = 1  # the backend passes its own max_attempts with every job
+
+    def run_ended(self, job: Job) -> None:
+        from django.tasks.signals import task_finished
+
+        fresh = Job.objects.filter(pk=job.pk).first()
+        if fresh is not None:
+            task_finished.send(type(backend_of(fresh)), task_result=result_of(fresh))
+
+
+def backend_of(job: Job):
+    from django.tasks import task_backends
+
+    return task_backends[job.payload.get("backend", "default")]
+
+
+def result_of(job: Job, **kwargs):
+    return backend_of(job).result(job, **kwargs)
+
+
+@shared_task(base=DjangoTask, name="jobs.django_task")
 def django_task(ctx: JobContext):
     """Run a ``django.tasks`` function enqueued through ``jobs.backends.ConveyorBackend``."""
     from django.tasks.base import TaskContext
+    from django.tasks.signals import task_started
     from django.utils.json import normalize_json
-    from django.utils.module_loading import import_string
 
-    task = import_string(ctx.payload["path"])
+    result = result_of(ctx.job)
+    task_started.send(type(backend_of(ctx.job)), task_result=result)
     args, kwargs = ctx.payload.get("args", []), ctx.payload.get("kwargs", {})
-    if task.takes_context:
-        from jobs.backends import ConveyorBackend  # noqa: F401 - the backend serves get_result
-
-        result = task.get_backend().get_result(ctx.job.pk)
-        return normalize_json(task.call(TaskContext(task_result=result), *args, **kwargs))
-    return normalize_json(task.call(*args, **kwargs))
+    if result.task.takes_context:
+        return normalize_json(result.task.call(TaskContext(task_result=result), *args, **kwargs))
+    return normalize_json(result.task.call(*args, **kwargs))

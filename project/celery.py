@@ -11,7 +11,24 @@ app = Celery("conveyor")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 
 QUEUES = ("default", "deployments", "webhooks", "maintenance")
-app.conf.task_queues = [Queue(name) for name in QUEUES]
+
+
+def django_task_queues() -> tuple[str, ...]:
+    """The queues that ``TASKS`` entries on Conveyor's backend declare beyond Conveyor's own.
+
+    The ``worker`` process consumes every declared queue but ``deployments`` and ``webhooks``
+    (``--exclude-queues``), so a queue added to ``TASKS[...]["QUEUES"]`` needs no new flag.
+    """
+    from django.conf import settings
+
+    names = []
+    for config in settings.TASKS.values():
+        if config.get("BACKEND") == "jobs.backends.ConveyorBackend":
+            names += config.get("QUEUES") or []
+    return tuple(name for name in dict.fromkeys(names) if name not in QUEUES)
+
+
+app.conf.task_queues = [Queue(name) for name in QUEUES + django_task_queues()]
 app.conf.task_routes = {
     "deployments.*": {"queue": "deployments"},
     "webhooks.*": {"queue": "webhooks"},

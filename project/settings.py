@@ -175,7 +175,15 @@ CELERY_ACCEPT_CONTENT = ["json"]
 CONVEYOR_RETRY_BACKOFF_MAX = 900
 
 # --- Django's built-in tasks framework runs on Conveyor's job engine ----------------------
-TASKS = {"default": {"BACKEND": "jobs.backends.ConveyorBackend"}}
+# Django's built-in tasks run as Conveyor jobs (docs/jobs.md). A queue named here is consumed
+# by the ``worker`` process without further flags.
+TASKS = {
+    "default": {
+        "BACKEND": "jobs.backends.ConveyorBackend",
+        "QUEUES": ["default"],
+        "OPTIONS": {"max_attempts": 1},
+    }
+}
 
 # --- Conveyor ---------------------------------------------------------------------------
 CONVEYOR_JOB_LEASE_TIMEOUT = env.duration("CONVEYOR_JOB_LEASE_TIMEOUT", "5m")
