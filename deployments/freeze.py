@@ -93,7 +93,7 @@ def _dated_window(raw: dict, window: dict, tz, where: str, errors: list[str]) ->
     bounds = {}
     for key in ("start", "end"):
         value = raw[key]
-        if isinstance(value, datetime | date) and not isinstance(value, datetime):
+        if isinstance(value, date) and not isinstance(value, datetime):
             value = datetime.combine(value, datetime.min.time())  # a YAML date
         try:
             moment = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
