@@ -10,6 +10,7 @@ from pydantic import ConfigDict
 from deployments import approvals, dora, history, rollback, selectors
 from deployments.api import (
     DeploymentOut,
+    as_json,
     require_override,
     visible_deployment,
     visible_project,
@@ -185,7 +186,7 @@ def rollback_environment(
             idempotency_key=key,
             override_freeze=payload.override_freeze,
         )
-        return 201, selectors.deployment_as_dict(deployment)
+        return 201, as_json(deployment)
 
     if key is None:
         status, body = create()
