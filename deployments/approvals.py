@@ -9,7 +9,7 @@ concurrency policy apply as for any deployment. Past ``CONVEYOR_APPROVAL_TIMEOUT
 arriving late expires it too).
 """
 
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -75,21 +75,17 @@ def _decide(deployment_id: int, approver: Approver, decision: str, comment: str)
 
 
 def _record(deployment: Deployment, approver: Approver, decision: str, comment: str) -> None:
-    try:
-        with transaction.atomic():
-            Approval.objects.create(
-                deployment=deployment,
-                approver=approver.name,
-                user=approver.user,
-                decision=decision,
-                comment=comment,
-            )
-    except IntegrityError as exc:
-        if "approval_one_per_approver" not in str(exc):
-            raise
-        raise AlreadyDecided(
-            f"{approver.name} already decided on deployment {deployment.pk}"
-        ) from None
+    # Every decision holds the environment lock, so this check and the insert cannot race;
+    # the unique constraint stays as the database's own guard.
+    if deployment.approvals.filter(approver=approver.name).exists():
+        raise AlreadyDecided(f"{approver.name} already decided on deployment {deployment.pk}")
+    Approval.objects.create(
+        deployment=deployment,
+        approver=approver.name,
+        user=approver.user,
+        decision=decision,
+        comment=comment,
+    )
     audit(approver.name, f"deployment.{decision}", deployment, {"comment": comment})
 
 
