@@ -7,6 +7,7 @@ from django.contrib import admin, messages
 from django.utils.html import format_html
 
 from deployments import selectors, services
+from deployments.admin_environments import ApprovalAdminMixin
 from deployments.errors import DeploymentError
 from deployments.models import Deployment, Pipeline, Project, Step, StepRun, Workspace, Worktree
 
@@ -69,7 +70,7 @@ class StepRunInline(admin.TabularInline):
 
 
 @admin.register(Deployment)
-class DeploymentAdmin(admin.ModelAdmin):
+class DeploymentAdmin(ApprovalAdminMixin, admin.ModelAdmin):
     list_display = (
         "id",
         "project",
@@ -88,11 +89,12 @@ class DeploymentAdmin(admin.ModelAdmin):
     search_fields = ("=id", "ref", "commit_sha", "triggered_by")
     list_select_related = ("project",)
     date_hierarchy = "created_at"
-    actions = ("cancel_deployments", "retry_deployments")
+    actions = ("cancel_deployments", "retry_deployments", *ApprovalAdminMixin.approval_actions)
     inlines = [StepRunInline]
     readonly_fields = (
         *(f.name for f in Deployment._meta.concrete_fields),
         "log",
+        "approval_panel",
     )
     fieldsets = (
         (
@@ -101,14 +103,15 @@ class DeploymentAdmin(admin.ModelAdmin):
                 "fields": (
                     ("project", "environment", "ref", "commit_sha"),
                     ("pipeline_name", "status", "failure_reason", "error"),
-                    ("attempt", "retry_of", "triggered_by"),
+                    ("attempt", "retry_of", "rollback_of", "undoes", "triggered_by"),
                     ("created_at", "started_at", "cancel_requested_at", "finished_at"),
-                    ("job_id", "worker", "project_dir"),
+                    ("job_id", "worker", "project_dir", "committed_at"),
                     "params",
                     "steps",
                 )
             },
         ),
+        ("Approval", {"fields": ("approval_panel",)}),
         ("Log", {"fields": ("log",)}),
     )
 

@@ -33,6 +33,9 @@ class TriggerIn(Schema):
     environment: str | None = Field(None, max_length=100)
     pipeline: str | None = Field(None, max_length=100)
     params: dict[str, str | int | float | bool | None] = Field(default_factory=dict)
+    override_freeze: bool = Field(
+        False, description="deploy even inside a freeze window (admin tokens only; audited)"
+    )
 
 
 class DeploymentOut(Schema):
@@ -44,6 +47,12 @@ class DeploymentOut(Schema):
     status: DeploymentStatus
     failure_reason: str | None
     retry_of: int | None
+    rollback_of: int | None = Field(
+        None, description="the earlier deployment whose commit this rollback deploys again"
+    )
+    undoes: int | None = Field(
+        None, description="a rollback: the deployment that was current when it was made"
+    )
     attempt: int
     created_at: datetime
     started_at: datetime | None
@@ -51,6 +60,7 @@ class DeploymentOut(Schema):
     pipeline: str
     params: dict
     triggered_by: str
+    duration_seconds: float | None = None
 
 
 class LogsOut(Schema):
@@ -98,6 +108,12 @@ def visible_deployment(request: HttpRequest, deployment_id: int) -> Deployment:
     return deployment
 
 
+def require_override(request: HttpRequest, override_freeze: bool) -> None:
+    """Answer 403 when a token below admin scope asks to override a freeze."""
+    if override_freeze and not request.auth.allows(TokenScope.ADMIN):
+        raise ApiError(403, "forbidden", "only an admin-scope token may pass override_freeze")
+
+
 def as_json(deployment: Deployment) -> dict:
     return DeploymentOut.model_validate(selectors.deployment_as_dict(deployment)).model_dump(
         mode="json"
@@ -111,6 +127,7 @@ def as_json(deployment: Deployment) -> dict:
 )
 def trigger(request: HttpRequest, response: HttpResponse, slug: str, payload: TriggerIn):
     require_scope(request, TokenScope.DEPLOY)
+    require_override(request, payload.override_freeze)
     project = visible_project(request, slug)
     key = request.headers.get("Idempotency-Key")
 
@@ -123,6 +140,7 @@ def trigger(request: HttpRequest, response: HttpResponse, slug: str, payload: Tr
             params=payload.params,
             triggered_by=actor(request),
             idempotency_key=key,
+            override_freeze=payload.override_freeze,
         )
         return 201, as_json(deployment)
 

@@ -11,6 +11,11 @@ Each is read from Django settings when defined there, else from the environment:
 ``CONVEYOR_WORKTREE_IDLE_THRESHOLD``  a worktree unused this long is pruned (30d)
 ``CONVEYOR_WORKTREE_WARNING_LEAD``    ... after a ``worktree.prune_pending`` notice this early (72h)
 ``CONVEYOR_LOG_RETENTION``       logs of deployments finished longer ago are deleted (90d)
+``CONVEYOR_APPROVAL_TIMEOUT``    a deployment still waiting for approval this long after its
+                                 creation ends ``cancelled/approval_expired`` (24h)
+``CONVEYOR_APPROVAL_EXPIRY_INTERVAL``  how often beat looks for expired approvals (1m)
+``CONVEYOR_DORA_FAILURE_WINDOW``  a successful deployment rolled back within this long
+                                 after it finished counts as a failed change (7d)
 """
 
 from dataclasses import dataclass
@@ -38,6 +43,8 @@ class DeploymentSettings:
     worktree_idle_threshold: timedelta
     worktree_warning_lead: timedelta
     log_retention: timedelta
+    approval_timeout: timedelta
+    dora_failure_window: timedelta
 
 
 def _duration(name: str, default: str) -> timedelta:
@@ -59,6 +66,8 @@ def get() -> DeploymentSettings:
         worktree_idle_threshold=_duration("CONVEYOR_WORKTREE_IDLE_THRESHOLD", "30d"),
         worktree_warning_lead=_duration("CONVEYOR_WORKTREE_WARNING_LEAD", "72h"),
         log_retention=_duration("CONVEYOR_LOG_RETENTION", "90d"),
+        approval_timeout=_duration("CONVEYOR_APPROVAL_TIMEOUT", "24h"),
+        dora_failure_window=_duration("CONVEYOR_DORA_FAILURE_WINDOW", "7d"),
     )
 
 
@@ -72,6 +81,8 @@ def validate() -> None:
         raise ImproperlyConfigured("CONVEYOR_DEPLOYMENT_TIMEOUT must be at least 1s")
     if conf.wait < timedelta(seconds=1):
         raise ImproperlyConfigured("CONVEYOR_DEPLOYMENT_WAIT must be at least 1s")
+    if conf.approval_timeout < timedelta(minutes=1):
+        raise ImproperlyConfigured("CONVEYOR_APPROVAL_TIMEOUT must be at least 1m")
     if conf.worktree_warning_lead >= conf.worktree_idle_threshold:
         raise ImproperlyConfigured(
             "CONVEYOR_WORKTREE_WARNING_LEAD must be shorter than CONVEYOR_WORKTREE_IDLE_THRESHOLD"

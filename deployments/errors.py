@@ -35,3 +35,40 @@ class NotRetryable(DeploymentError):
 
 class NotCancellable(DeploymentError):
     """The deployment has already finished (409)."""
+
+
+class EnvironmentFrozen(DeploymentError):
+    """A freeze window is open on the environment (409); ``window`` says which."""
+
+    def __init__(self, message: str, *, window) -> None:
+        super().__init__(message)
+        self.window = window
+        self.details = {
+            "window": window.name,
+            "opened_at": window.opened_at.isoformat(),
+            "closes_at": window.closes_at.isoformat(),
+        }
+
+
+class EnvironmentNotFound(DeploymentError):
+    """The project has no such environment: no rules and no deployments (404)."""
+
+
+class NothingToRollBack(DeploymentError):
+    """The environment has no earlier successful deployment to go back to (409)."""
+
+
+class NotRollbackTarget(DeploymentError):
+    """The deployment asked for cannot be rolled back to: it failed, or is current (409)."""
+
+
+class NotWaitingApproval(DeploymentError):
+    """The deployment is not waiting for approval (any more) (409)."""
+
+
+class AlreadyDecided(DeploymentError):
+    """This approver already approved or rejected the deployment (409)."""
+
+
+class ApprovalRefused(DeploymentError):
+    """This approver may not decide on the deployment (self-approval, not an approver) (403)."""

@@ -58,6 +58,8 @@ def event_data(deployment: Deployment) -> dict:
         "pipeline": deployment.pipeline_name,
         "attempt": deployment.attempt,
         "retry_of": deployment.retry_of_id,
+        "rollback": deployment.rollback_of_id is not None,
+        "rollback_of": deployment.rollback_of_id,
         "triggered_by": deployment.triggered_by,
     }
 
@@ -79,3 +81,18 @@ def emit(topic: str, deployment: Deployment) -> None:
 def emit_finished(deployment: Deployment) -> None:
     """Announce a deployment that reached a final status."""
     emit(FINAL_TOPICS[deployment.status], deployment)
+
+
+def emit_approval_requested(deployment: Deployment, rules, recipients: list) -> None:
+    """Announce a deployment waiting for approval: webhook and its approvers' inboxes."""
+    data = {
+        **event_data(deployment),
+        "required_approvals": rules.required_approvals,
+        "approvers": {"users": rules.approver_users, "groups": rules.approver_groups},
+        "title": f"Approve deployment {deployment.pk} of {deployment.project.slug} "
+        f"to {deployment.environment}",
+        "message": f"{deployment.triggered_by} wants to deploy {deployment.ref} to "
+        f"{deployment.environment}; it needs {rules.required_approvals} approval(s).",
+    }
+    log_deployment("deployment.event", deployment, topic="deployment.approval_requested")
+    webhooks.notify("deployment.approval_requested", data, recipients=recipients)

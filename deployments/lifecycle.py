@@ -12,6 +12,7 @@ from django.utils import timezone
 from deployments.events import emit, emit_finished, log_deployment
 from deployments.locks import lock_environment
 from deployments.models import (
+    NOT_STARTED,
     Deployment,
     DeploymentStatus,
     FailureReason,
@@ -34,8 +35,11 @@ def _cancel_job(deployment: Deployment, *, actor: str) -> None:
 
 
 def cancel_pending(deployment: Deployment, *, reason: str, actor: str) -> Deployment | None:
-    """Cancel a deployment that has not started; None if it is no longer pending."""
-    moved = transition(Q(pk=deployment.pk), S.CANCELLED, from_=[S.PENDING], failure_reason=reason)
+    """Cancel a deployment that has not started (pending or waiting for approval).
+
+    Returns None if it has started or ended meanwhile.
+    """
+    moved = transition(Q(pk=deployment.pk), S.CANCELLED, from_=NOT_STARTED, failure_reason=reason)
     if not moved:
         return None
     cancelled = moved[0]

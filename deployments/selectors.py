@@ -29,6 +29,8 @@ def deployment_as_dict(deployment: Deployment) -> dict:
         "status": deployment.status,
         "failure_reason": deployment.failure_reason or None,
         "retry_of": deployment.retry_of_id,
+        "rollback_of": deployment.rollback_of_id,
+        "undoes": deployment.undoes_id,
         "attempt": deployment.attempt,
         "created_at": deployment.created_at,
         "started_at": deployment.started_at,
@@ -38,7 +40,15 @@ def deployment_as_dict(deployment: Deployment) -> dict:
         "triggered_by": deployment.triggered_by,
         "cancel_requested_at": deployment.cancel_requested_at,
         "steps": deployment.steps,
+        "duration_seconds": deployment_duration(deployment),
     }
+
+
+def deployment_duration(deployment: Deployment) -> float | None:
+    """Return how long the deployment ran (start to finish), in seconds; None if it has not."""
+    if deployment.started_at and deployment.finished_at:
+        return round((deployment.finished_at - deployment.started_at).total_seconds(), 3)
+    return None
 
 
 def deployment_log_size(*, deployment: Deployment) -> int:

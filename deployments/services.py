@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from deployments import conf, lifecycle, policy
+from deployments import conf, environments, lifecycle, policy
+from deployments.environments import Gate
 from deployments.errors import (
     DeploymentNotFound,
     IdempotencyConflict,
@@ -22,9 +23,16 @@ from deployments.errors import (
     PipelineNotFound,
     ProjectNotFound,
 )
-from deployments.events import emit, log_deployment
+from deployments.events import emit, emit_approval_requested, log_deployment
 from deployments.locks import lock_environment
-from deployments.models import Deployment, DeploymentStatus, FailureReason, Pipeline, Project
+from deployments.models import (
+    NOT_STARTED,
+    Deployment,
+    DeploymentStatus,
+    FailureReason,
+    Pipeline,
+    Project,
+)
 from deployments.policy import Decision
 from deployments.validation import (
     clean_environment,
@@ -49,10 +57,14 @@ def deployment_create(
     params: dict | None = None,
     triggered_by: str = "system",
     idempotency_key: str | None = None,
+    override_freeze: bool = False,
 ) -> Deployment:
-    """Create a pending deployment and its job in one transaction; return it.
+    """Create a deployment and (unless it must wait for approval) its job; return it.
 
     The pipeline's steps are copied into the deployment, so later edits never change it.
+    The environment's rules apply (``deployments.environments.gate``): a freeze raises
+    EnvironmentFrozen unless ``override_freeze`` (the caller checked who may; it is
+    audited), a protected environment makes it ``waiting_approval``.
     A repeated ``idempotency_key`` with the same request returns the first deployment; with
     a different request it raises IdempotencyConflict.
     """
@@ -62,9 +74,10 @@ def deployment_create(
     pipeline_name = pipeline or project.default_pipeline
     params = clean_params(params)
     idempotency_key = clean_idempotency_key(idempotency_key)
-    fingerprint = _fingerprint(
-        ref=ref, environment=environment, pipeline=pipeline_name, params=params
-    )
+    request = {"ref": ref, "environment": environment, "pipeline": pipeline_name, "params": params}
+    if override_freeze:
+        request["override_freeze"] = True
+    fingerprint = _fingerprint(**request)
     with transaction.atomic():
         lock_environment(project.pk, environment)
         if idempotency_key is not None:
@@ -77,10 +90,12 @@ def deployment_create(
         steps = found.snapshot()
         if not steps:
             raise InvalidRequest(f"pipeline {pipeline_name!r} has no steps", field="pipeline")
+        gate = environments.gate(project, environment, override_freeze=override_freeze)
         try:
             with transaction.atomic():
                 deployment = _insert(
                     project,
+                    gate,
                     environment=environment,
                     ref=ref,
                     pipeline=found,
@@ -98,16 +113,21 @@ def deployment_create(
             if existing is None:
                 raise
             return existing
-        return _announce_new(deployment)
+        return _announce_new(deployment, gate, actor=triggered_by)
 
 
 def deployment_retry(
-    *, deployment_id: int, triggered_by: str = "system", idempotency_key: str | None = None
+    *,
+    deployment_id: int,
+    triggered_by: str = "system",
+    idempotency_key: str | None = None,
+    override_freeze: bool = False,
 ) -> Deployment:
     """Create a new deployment re-running a finished one: same snapshot, commit and params.
 
-    The new deployment has ``retry_of`` set and ``attempt + 1``. Raises NotRetryable unless
-    the original has finished.
+    The new deployment has ``retry_of`` set and ``attempt + 1`` (and keeps the rollback
+    lineage of a rollback it re-runs). Raises NotRetryable unless the original has
+    finished. The environment's rules apply as for a trigger.
     """
     idempotency_key = clean_idempotency_key(idempotency_key)
     with transaction.atomic():
@@ -123,8 +143,12 @@ def deployment_retry(
             raise NotRetryable(
                 f"deployment {original.pk} is {original.status}: only a finished one can be retried"
             )
+        gate = environments.gate(
+            original.project, original.environment, override_freeze=override_freeze
+        )
         deployment = _insert(
             original.project,
+            gate,
             environment=original.environment,
             ref=original.ref,
             commit_sha=original.commit_sha,
@@ -135,16 +159,18 @@ def deployment_retry(
             timeout=original.timeout,
             retry_of=original,
             attempt=original.attempt + 1,
+            rollback_of_id=original.rollback_of_id,
+            undoes_id=original.undoes_id,
             triggered_by=triggered_by,
             idempotency_key=idempotency_key,
             request_fingerprint=fingerprint if idempotency_key else "",
         )
-        _audit(triggered_by, "deployment.retry", original, {"new_deployment": deployment.pk})
-        return _announce_new(deployment)
+        audit(triggered_by, "deployment.retry", original, {"new_deployment": deployment.pk})
+        return _announce_new(deployment, gate, actor=triggered_by)
 
 
 def deployment_cancel(*, deployment_id: int, actor: str) -> Deployment:
-    """Cancel a deployment: at once while pending, by stopping its steps while running.
+    """Cancel a deployment: at once before it starts, by stopping its steps while running.
 
     A running deployment moves to ``cancelling`` and its runner stops the current step
     (SIGTERM, grace, SIGKILL) before it becomes ``cancelled``. Cancelling one that is already
@@ -155,7 +181,7 @@ def deployment_cancel(*, deployment_id: int, actor: str) -> Deployment:
         lock_environment(deployment.project_id, deployment.environment)
         deployment.refresh_from_db()
         for _ in range(3):  # statuses only move forward, so this settles quickly
-            if deployment.status == S.PENDING:
+            if deployment.status in NOT_STARTED:
                 moved = lifecycle.cancel_pending(
                     deployment, reason=FailureReason.CANCELLED, actor=actor
                 )
@@ -168,7 +194,7 @@ def deployment_cancel(*, deployment_id: int, actor: str) -> Deployment:
             else:
                 raise NotCancellable(f"deployment {deployment.pk} has already {deployment.status}")
             if moved is not None:
-                _audit(actor, "deployment.cancel", moved, {"status": moved.status})
+                audit(actor, "deployment.cancel", moved, {"status": moved.status})
                 return moved
             deployment.refresh_from_db()
         raise NotCancellable(f"deployment {deployment.pk} kept changing; try again")
@@ -250,25 +276,42 @@ def _replay(project: Project, key: str, fingerprint: str) -> Deployment | None:
     return existing
 
 
-def _insert(project: Project, **fields) -> Deployment:
+def _insert(project: Project, gate: Gate, **fields) -> Deployment:
     now = timezone.now()
     deployment = Deployment.objects.create(
-        project=project, created_at=now, updated_at=now, **fields
+        project=project, created_at=now, updated_at=now, status=gate.status, **fields
     )
-    job = enqueue(RUN_TASK, {"deployment_id": deployment.pk}, queue=RUN_QUEUE)
+    if gate.status == S.PENDING:
+        enqueue_run(deployment, run_after=gate.run_after(now))
+    return deployment
+
+
+def enqueue_run(deployment: Deployment, *, run_after=None) -> None:
+    """Write the job that runs ``deployment`` (published when the transaction commits)."""
+    job = enqueue(RUN_TASK, {"deployment_id": deployment.pk}, queue=RUN_QUEUE, run_after=run_after)
     deployment.job_id = job.pk
     Deployment.objects.filter(pk=deployment.pk).update(job_id=job.pk)
-    return deployment
 
 
-def _announce_new(deployment: Deployment) -> Deployment:
-    policy.on_create(deployment, deployment.project.concurrency_policy)
+def _announce_new(deployment: Deployment, gate: Gate, *, actor: str) -> Deployment:
+    if gate.overridden is not None:
+        audit(
+            actor,
+            "deployment.freeze_override",
+            deployment,
+            {"window": gate.overridden.name, "closes_at": gate.overridden.closes_at.isoformat()},
+        )
+    if deployment.status == S.PENDING:
+        policy.on_create(deployment, deployment.project.concurrency_policy)
     log_deployment("deployment.created", deployment, job_id=deployment.job_id)
     emit("deployment.created", deployment)
+    if deployment.status == S.WAITING_APPROVAL:
+        emit_approval_requested(deployment, gate.rules, environments.approvers(gate.rules))
     return deployment
 
 
-def _audit(actor: str, action: str, deployment: Deployment, details: dict) -> None:
+def audit(actor: str, action: str, deployment: Deployment, details: dict) -> None:
+    """Record an operator's action on ``deployment`` in the audit log."""
     AuditLog.objects.create(
         actor=actor,
         action=action,

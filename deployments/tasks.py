@@ -35,3 +35,11 @@ def purge_deployment_logs() -> dict:
     from deployments.maintenance.purge_logs import purge_logs
 
     return vars(purge_logs())
+
+
+@shared_task(name="maintenance.expire_approvals", ignore_result=True)
+def expire_approvals() -> dict:
+    """End deployments that waited for approval too long (deployments.maintenance.approvals)."""
+    from deployments.maintenance.approvals import expire_approvals as expire
+
+    return vars(expire())

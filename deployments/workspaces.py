@@ -20,6 +20,7 @@ import shutil
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 from django.utils import timezone
@@ -99,6 +100,7 @@ def acquire(deployment: Deployment, *, keep_alive: Callable[[], None]) -> Checko
             workspace = _workspace(project, keep_alive)
             sha = _commit(workspace, deployment, keep_alive)
             worktree = _worktree(workspace, sha, deployment, keep_alive)
+            _record_commit_time(workspace, sha, deployment)
     except GitError as exc:
         Workspace.objects.filter(project=project).update(last_fetch_error=str(exc)[:2000])
         raise CheckoutError(str(exc)) from exc
@@ -159,6 +161,17 @@ def _commit(workspace: Workspace, deployment: Deployment, keep_alive) -> str:
         wanted = deployment.commit_sha or deployment.ref
         raise GitError(f"{wanted!r} is not a branch, tag or commit of {workspace.repo}")
     return sha
+
+
+def _record_commit_time(workspace: Workspace, sha: str, deployment: Deployment) -> None:
+    """Store the commit's committer time on the deployment (DORA lead time reads it)."""
+    try:
+        stamp = git("show", "-s", "--format=%cI", sha, cwd=workspace.path).strip()
+        committed_at = datetime.fromisoformat(stamp)
+    except (GitError, ValueError):
+        return  # lead time skips this deployment; the deployment itself is unaffected
+    deployment.committed_at = committed_at
+    Deployment.objects.filter(pk=deployment.pk).update(committed_at=committed_at)
 
 
 def _worktree(workspace: Workspace, sha: str, deployment: Deployment, keep_alive) -> Worktree:

@@ -3,6 +3,7 @@
 from ninja import NinjaAPI
 
 from deployments.api import router as deployments_router
+from deployments.api_environments import router as environments_router
 from jobs.api import router as jobs_router
 from jobs.auth import BearerToken
 from project import api_errors
@@ -63,4 +64,5 @@ api = ConveyorApi(
 api_errors.install(api)
 api.add_router("/", jobs_router)
 api.add_router("/", deployments_router)
+api.add_router("/", environments_router)
 api.add_router("/", webhooks_router)

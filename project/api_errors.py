@@ -52,6 +52,13 @@ _DEPLOYMENT_ERRORS = {
     deployment_errors.IdempotencyConflict: (422, "idempotency_conflict"),
     deployment_errors.NotRetryable: (409, "conflict"),
     deployment_errors.NotCancellable: (409, "conflict"),
+    deployment_errors.EnvironmentFrozen: (409, "environment_frozen"),
+    deployment_errors.EnvironmentNotFound: (404, "not_found"),
+    deployment_errors.NothingToRollBack: (409, "nothing_to_roll_back"),
+    deployment_errors.NotRollbackTarget: (409, "conflict"),
+    deployment_errors.NotWaitingApproval: (409, "conflict"),
+    deployment_errors.AlreadyDecided: (409, "already_decided"),
+    deployment_errors.ApprovalRefused: (403, "forbidden"),
 }
 
 
@@ -129,6 +136,7 @@ def install(api) -> None:
             "pipeline" if status == 422 and "pipeline" in str(exc) else ""
         )
         details = {"fields": [{"field": f"body.{field}", "message": str(exc)}]} if field else None
+        details = getattr(exc, "details", None) or details
         return respond(request, status, code, str(exc), details)
 
     @api.exception_handler(WebhookError)

@@ -200,6 +200,8 @@ CONVEYOR_PURGE_INTERVAL = env.duration("CONVEYOR_PURGE_INTERVAL", "1h")
 CONVEYOR_PURGE_COMPLETED_RETENTION = env.duration("CONVEYOR_PURGE_COMPLETED_RETENTION", "7d")
 CONVEYOR_PURGE_DEAD_RETENTION = env.duration("CONVEYOR_PURGE_DEAD_RETENTION", "30d")
 CONVEYOR_WORKSPACE_FETCH_INTERVAL = env.duration("CONVEYOR_WORKSPACE_FETCH_INTERVAL", "5m")
+# How often beat ends deployments whose approval timed out (CONVEYOR_APPROVAL_TIMEOUT).
+CONVEYOR_APPROVAL_EXPIRY_INTERVAL = env.duration("CONVEYOR_APPROVAL_EXPIRY_INTERVAL", "1m")
 CONVEYOR_WORKTREE_PRUNE_INTERVAL = env.duration("CONVEYOR_WORKTREE_PRUNE_INTERVAL", "24h")
 CONVEYOR_WORKTREE_IDLE_THRESHOLD = env.duration("CONVEYOR_WORKTREE_IDLE_THRESHOLD", "30d")
 CONVEYOR_WORKTREE_WARNING_LEAD = env.duration("CONVEYOR_WORKTREE_WARNING_LEAD", "72h")
@@ -264,6 +266,11 @@ CONVEYOR_PERIODIC_TASKS = [
         "conveyor: purge old deployment logs",
         "maintenance.purge_deployment_logs",
         CONVEYOR_PURGE_INTERVAL,
+    ),
+    (
+        "conveyor: expire deployment approvals",
+        "maintenance.expire_approvals",
+        CONVEYOR_APPROVAL_EXPIRY_INTERVAL,
     ),
     (
         "conveyor: purge old webhook deliveries",

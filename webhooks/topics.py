@@ -4,6 +4,9 @@ from webhooks.errors import UnknownTopic
 
 TOPICS: dict[str, str] = {
     "deployment.created": "A deployment was triggered and is waiting to run.",
+    "deployment.approval_requested": (
+        "A deployment to a protected environment waits for its approvers."
+    ),
     "deployment.started": "A deployment started running its steps.",
     "deployment.succeeded": "A deployment finished with every step successful.",
     "deployment.failed": "A deployment failed (a step failed, timed out or its worker was lost).",

@@ -3,6 +3,7 @@
 from deployments.models.deployments import (
     ACTIVE,
     FINISHED,
+    NOT_STARTED,
     TRANSITIONS,
     Deployment,
     DeploymentStatus,
@@ -10,6 +11,11 @@ from deployments.models.deployments import (
     LogChunk,
     StepRun,
     StepStatus,
+)
+from deployments.models.environments import (
+    Approval,
+    ApprovalDecision,
+    Environment,
 )
 from deployments.models.projects import (
     ConcurrencyPolicy,
@@ -23,10 +29,14 @@ from deployments.models.workspaces import Workspace, Worktree
 __all__ = (
     "ACTIVE",
     "FINISHED",
+    "NOT_STARTED",
     "TRANSITIONS",
+    "Approval",
+    "ApprovalDecision",
     "ConcurrencyPolicy",
     "Deployment",
     "DeploymentStatus",
+    "Environment",
     "EnvironmentLock",
     "FailureReason",
     "LogChunk",

@@ -8,8 +8,12 @@ from deployments.models.workspaces import Worktree
 
 
 class DeploymentStatus(models.TextChoices):
-    # Written by create (and retry); left by the claim, a cancel, a supersede or the
-    # dead-job handler.
+    # Written by create (and retry, rollback) for a protected environment: no job exists yet,
+    # so it holds no lock and no worker. Left by the last approval needed (-> pending), a
+    # rejection, the approval expiry (deployments.maintenance.approvals) or a cancel.
+    WAITING_APPROVAL = "waiting_approval", "Waiting for approval"
+    # Written by create (and retry) or by the approval that releases it; left by the claim, a
+    # cancel, a supersede or the dead-job handler.
     PENDING = "pending", "Pending"
     # Written by the claim; left by the runner when it ends, by a cancel request or by the
     # dead-job handler (worker lost).
@@ -28,6 +32,7 @@ S = DeploymentStatus
 # The one table of allowed moves; deployments.transitions.transition() enforces it.
 # cancelling -> success: the cancel arrived after the last step had already succeeded.
 TRANSITIONS: dict[str, frozenset[str]] = {
+    S.WAITING_APPROVAL: frozenset({S.PENDING, S.CANCELLED}),
     S.PENDING: frozenset({S.RUNNING, S.CANCELLED, S.FAILED}),
     S.RUNNING: frozenset({S.CANCELLING, S.SUCCESS, S.FAILED, S.CANCELLED}),
     S.CANCELLING: frozenset({S.SUCCESS, S.FAILED, S.CANCELLED}),
@@ -37,6 +42,8 @@ TRANSITIONS: dict[str, frozenset[str]] = {
 }
 FINISHED = frozenset({S.SUCCESS, S.FAILED, S.CANCELLED})
 ACTIVE = frozenset({S.RUNNING, S.CANCELLING})
+# Not started yet: a cancel ends these at once.
+NOT_STARTED = frozenset({S.WAITING_APPROVAL, S.PENDING})
 
 
 class FailureReason(models.TextChoices):
@@ -50,6 +57,8 @@ class FailureReason(models.TextChoices):
     JOB_LOST = "job_lost", "Its job was cancelled or lost before it ran"
     CANCELLED = "cancelled", "Cancelled"
     SUPERSEDED = "superseded", "Superseded by a newer deployment"
+    REJECTED = "rejected", "An approver rejected it"
+    APPROVAL_EXPIRED = "approval_expired", "Not approved in time"
 
 
 class Deployment(models.Model):
@@ -80,6 +89,25 @@ class Deployment(models.Model):
         "self", on_delete=models.SET_NULL, null=True, blank=True, related_name="retries"
     )
     attempt = models.PositiveIntegerField(default=1)
+    rollback_of = models.ForeignKey(
+        "self",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="rollbacks",
+        help_text="the earlier deployment whose commit and steps this rollback deploys again",
+    )
+    undoes = models.ForeignKey(
+        "self",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="undone_by",
+        help_text="the environment's current deployment when this rollback was made",
+    )
+    committed_at = models.DateTimeField(
+        null=True, blank=True, help_text="commit time of commit_sha, from git (lead time)"
+    )
     triggered_by = models.CharField(max_length=200, default="system")
     idempotency_key = models.CharField(max_length=200, null=True, blank=True)
     request_fingerprint = models.CharField(max_length=64, blank=True, default="")
@@ -112,6 +140,12 @@ class Deployment(models.Model):
             models.Index(fields=["status", "created_at"], name="deployment_status_idx"),
             models.Index(fields=["job_id"], name="deployment_job_idx"),
             models.Index(fields=["finished_at"], name="deployment_finished_idx"),
+            models.Index(
+                fields=["project", "environment", "finished_at"], name="deployment_history_idx"
+            ),
+        ]
+        permissions = [
+            ("approve_deployment", "Can approve or reject deployments waiting for approval"),
         ]
 
     def __str__(self) -> str:
@@ -120,6 +154,10 @@ class Deployment(models.Model):
     @property
     def is_finished(self) -> bool:
         return self.status in FINISHED
+
+    @property
+    def is_rollback(self) -> bool:
+        return self.rollback_of_id is not None
 
 
 class StepStatus(models.TextChoices):

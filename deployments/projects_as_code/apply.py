@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from django.db import transaction
 
 from deployments import conf
-from deployments.models import Pipeline, Project, Step
+from deployments.models import Environment, Pipeline, Project, Step
+from deployments.projects_as_code.environments import EnvironmentSpec
 from deployments.projects_as_code.schema import PipelineSpec, ProjectSpec, parse
 
 
@@ -43,6 +44,8 @@ def apply(specs: list[ProjectSpec], *, prune: bool = False, dry_run: bool = Fals
     with transaction.atomic():
         for spec in specs:
             project = _project(spec, result)
+            if spec.environments is not None:
+                _environments(project, spec.environments, result, prune=prune)
             if spec.pipelines is None:
                 continue
             for pipeline in spec.pipelines:
@@ -101,3 +104,26 @@ def _pipeline(project: Project, spec: PipelineSpec, result: ApplyResult) -> None
         for position, step in enumerate(wanted, start=1)
     )
     result.record(what, "created" if created else "updated")
+
+
+def _environments(
+    project: Project, specs: list[EnvironmentSpec], result: ApplyResult, *, prune: bool
+) -> None:
+    for spec in specs:
+        what = f"environment {project.slug}/{spec.name}"
+        found = Environment.objects.filter(project=project, name=spec.name).first()
+        if found is None:
+            Environment.objects.create(project=project, name=spec.name, **spec.fields)
+            result.record(what, "created")
+            continue
+        changed = [name for name, value in spec.fields.items() if getattr(found, name) != value]
+        for name in changed:
+            setattr(found, name, spec.fields[name])
+        if changed:
+            found.save()
+        result.record(what, "updated" if changed else "unchanged")
+    if prune:
+        stale = project.environments.exclude(name__in=[spec.name for spec in specs])
+        for environment in stale:
+            result.record(f"environment {project.slug}/{environment.name}", "deleted")
+        stale.delete()

@@ -14,6 +14,10 @@ The document::
         stop_grace: 10s
         env: {LOG_LEVEL: info}
         secrets: {API_TOKEN: {from_env: WEB_API_TOKEN}}   # or a literal string
+        environments:                   # approvals, wait timer, freezes: see
+          - name: production            # projects_as_code.environments
+            protected: true
+            required_approvals: 1
         pipelines:                      # omitted: the project's pipelines are left alone
           - name: default
             description: Build and ship
@@ -35,6 +39,7 @@ import yaml
 
 from deployments.models import ConcurrencyPolicy
 from deployments.models.projects import NAME_PATTERN
+from deployments.projects_as_code.environments import EnvironmentSpec, parse_environments
 from project.env import parse_duration
 
 SLUG = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
@@ -42,6 +47,7 @@ ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 PROJECT_KEYS = {
     "slug", "name", "repo", "workdir", "default_environment", "default_pipeline",
     "concurrency", "deployment_timeout", "stop_grace", "env", "secrets", "pipelines",
+    "environments",
 }  # fmt: skip
 PIPELINE_KEYS = {"name", "description", "steps"}
 STEP_KEYS = {"name", "command", "timeout", "env", "continue_on_error"}
@@ -77,6 +83,7 @@ class ProjectSpec:
     slug: str
     fields: dict
     pipelines: list[PipelineSpec] | None  # None: leave the project's pipelines alone
+    environments: list[EnvironmentSpec] | None = None  # None: leave the rules alone
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -182,7 +189,12 @@ def _project(raw: object, index: int, errors: list[str]) -> ProjectSpec | None:
                 f"{where}.default_pipeline: {fields['default_pipeline']!r} "
                 "is not one of the pipelines declared"
             )
-    return ProjectSpec(slug=slug, fields=fields, pipelines=pipelines)
+    environments = None
+    if "environments" in raw:
+        environments = parse_environments(
+            raw["environments"], f"{where}.environments", errors, _seconds
+        )
+    return ProjectSpec(slug=slug, fields=fields, pipelines=pipelines, environments=environments)
 
 
 def _text(raw: dict, key: str, where: str, errors: list[str]) -> str:

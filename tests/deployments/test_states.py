@@ -16,13 +16,18 @@ def test_every_status_has_a_row_and_final_states_lead_nowhere():
     assert all(not TRANSITIONS[status] for status in FINISHED)
     assert sources_of(S.RUNNING) == {S.PENDING}
     assert sources_of(S.CANCELLING) == {S.RUNNING}
+    # Only an approval moves a deployment to pending; nothing moves one back to waiting.
+    assert sources_of(S.PENDING) == {S.WAITING_APPROVAL}
+    assert sources_of(S.WAITING_APPROVAL) == set()
 
 
 def test_naming_an_illegal_source_raises():
     with pytest.raises(IllegalTransition):
         transition(Q(pk=1), S.RUNNING, from_=[S.CANCELLED])
     with pytest.raises(IllegalTransition):
-        transition(Q(pk=1), S.PENDING)
+        transition(Q(pk=1), S.PENDING, from_=[S.RUNNING])
+    with pytest.raises(IllegalTransition):
+        transition(Q(pk=1), S.WAITING_APPROVAL)
 
 
 @pytest.mark.django_db

@@ -1,0 +1,247 @@
+"""REST endpoints for environments: history, rollback, approvals and DORA metrics."""
+
+from datetime import datetime
+
+from django.contrib.auth import get_user_model
+from django.http import HttpRequest, HttpResponse
+from ninja import Field, Query, Router, Schema, Status
+from pydantic import ConfigDict
+
+from deployments import approvals, dora, history, rollback, selectors
+from deployments.api import (
+    DeploymentOut,
+    as_json,
+    require_override,
+    visible_deployment,
+    visible_project,
+)
+from deployments.environments import Approver
+from deployments.validation import clean_environment
+from jobs.auth import actor, require_scope
+from jobs.idempotency import IdempotencyConflict, run_once
+from jobs.models import ApiToken, TokenScope
+from project.api_errors import ApiError
+from project.pagination import DEFAULT_LIMIT, MAX_LIMIT, paginate
+
+router = Router(tags=["environments"])
+
+
+class FrozenOut(Schema):
+    window: str
+    opened_at: datetime
+    closes_at: datetime
+
+
+class ApproversOut(Schema):
+    users: list[str]
+    groups: list[str]
+
+
+class EnvironmentOut(Schema):
+    name: str
+    protected: bool
+    required_approvals: int
+    approvers: ApproversOut
+    allow_self_approval: bool
+    wait_timer: int = Field(..., description="seconds after creation before a deployment runs")
+    freeze: list[dict]
+    frozen: FrozenOut | None = Field(None, description="the freeze window open now, if any")
+    current: DeploymentOut | None = Field(None, description="the latest successful deployment")
+    latest: DeploymentOut | None
+    waiting_approval: int
+    deployments: int
+
+
+class EnvironmentDetailOut(EnvironmentOut):
+    history: list[DeploymentOut] = Field(..., description="deployments, newest first")
+
+
+class HistoryQuery(Schema):
+    limit: int = Field(DEFAULT_LIMIT, ge=1, le=MAX_LIMIT)
+    before: int | None = Field(None, ge=1)
+
+
+class RollbackIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    deployment_id: int | None = Field(
+        None,
+        ge=1,
+        description="roll back to this successful deployment (default: the last "
+        "good one before the current)",
+    )
+    override_freeze: bool = Field(False, description="admin tokens only; audited")
+
+
+class DecisionIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    comment: str = Field("", max_length=2000)
+
+
+class DoraQuery(Schema):
+    environment: str | None = Field(None, max_length=100, description="default: the project's")
+    days: int = Field(30, ge=dora.ALLOWED_DAYS[0], le=dora.ALLOWED_DAYS[1])
+
+
+class FrequencyOut(Schema):
+    deployments: int
+    per_day: float
+
+
+class LeadTimeOut(Schema):
+    median_seconds: float | None
+    measured: int
+
+
+class FailureRateOut(Schema):
+    changes: int
+    failed: int
+    rate: float | None
+
+
+class RestoreOut(Schema):
+    median_seconds: float | None
+    restored: int
+    open: int
+
+
+class DoraOut(Schema):
+    project: str
+    environment: str
+    days: int
+    since: datetime
+    until: datetime
+    deployment_frequency: FrequencyOut
+    lead_time_for_changes: LeadTimeOut
+    change_failure_rate: FailureRateOut
+    time_to_restore: RestoreOut
+
+
+def approver_of(request: HttpRequest) -> Approver:
+    """Name the approver behind an admin token: the user who created it, if one exists."""
+    token: ApiToken = request.auth
+    user = None
+    if token.created_by:
+        user = get_user_model().objects.filter(username=token.created_by, is_active=True).first()
+    name = user.username if user is not None else actor(request)
+    return Approver(name=name, user=user, aliases=frozenset({actor(request)}))
+
+
+@router.get(
+    "/projects/{slug}/environments",
+    response=list[EnvironmentOut],
+    summary="A project's environments: rules, open freeze, current deployment",
+)
+def list_environments(request: HttpRequest, slug: str):
+    require_scope(request, TokenScope.READ)
+    return history.environment_list(visible_project(request, slug))
+
+
+@router.get(
+    "/projects/{slug}/environments/{name}",
+    response=EnvironmentDetailOut,
+    summary="One environment with its deployment history (newest first, paginated)",
+)
+def get_environment(
+    request: HttpRequest, response: HttpResponse, slug: str, name: str, query: Query[HistoryQuery]
+):
+    require_scope(request, TokenScope.READ)
+    project = visible_project(request, slug)
+    summary = history.environment_summary(project, clean_environment(name))
+    rows = paginate(
+        request,
+        response,
+        history.environment_history(project, name),
+        limit=query.limit,
+        before=query.before,
+    )
+    return {**summary, "history": [selectors.deployment_as_dict(d) for d in rows]}
+
+
+@router.post(
+    "/projects/{slug}/environments/{name}/rollback",
+    response={201: DeploymentOut},
+    summary="Deploy the last good commit before the current one again (Idempotency-Key aware)",
+)
+def rollback_environment(
+    request: HttpRequest,
+    response: HttpResponse,
+    slug: str,
+    name: str,
+    payload: RollbackIn | None = None,
+):
+    require_scope(request, TokenScope.DEPLOY)
+    payload = payload or RollbackIn()
+    require_override(request, payload.override_freeze)
+    project = visible_project(request, slug)
+    key = request.headers.get("Idempotency-Key")
+
+    def create() -> tuple[int, dict]:
+        deployment = rollback.deployment_rollback(
+            project=project,
+            environment=name,
+            to_deployment_id=payload.deployment_id,
+            triggered_by=actor(request),
+            idempotency_key=key,
+            override_freeze=payload.override_freeze,
+        )
+        return 201, as_json(deployment)
+
+    if key is None:
+        status, body = create()
+    else:
+        try:
+            status, body, replayed = run_once(
+                token=request.auth, key=key, path=request.path, body=request.body, handler=create
+            )
+        except IdempotencyConflict as exc:
+            raise ApiError(exc.status, "idempotency_conflict", str(exc)) from None
+        if replayed:
+            response["Idempotent-Replayed"] = "true"
+    response["Location"] = f"/api/v1/deployments/{body['id']}"
+    return Status(status, body)
+
+
+@router.post(
+    "/deployments/{int:deployment_id}/approve",
+    response=DeploymentOut,
+    summary="Approve a deployment waiting for approval (admin scope); the last one starts it",
+)
+def approve(request: HttpRequest, deployment_id: int, payload: DecisionIn | None = None):
+    require_scope(request, TokenScope.ADMIN)
+    visible_deployment(request, deployment_id)
+    deployment = approvals.deployment_approve(
+        deployment_id=deployment_id,
+        approver=approver_of(request),
+        comment=(payload or DecisionIn()).comment,
+    )
+    return selectors.deployment_as_dict(deployment)
+
+
+@router.post(
+    "/deployments/{int:deployment_id}/reject",
+    response=DeploymentOut,
+    summary="Reject a deployment waiting for approval (admin scope): it ends cancelled/rejected",
+)
+def reject(request: HttpRequest, deployment_id: int, payload: DecisionIn | None = None):
+    require_scope(request, TokenScope.ADMIN)
+    visible_deployment(request, deployment_id)
+    deployment = approvals.deployment_reject(
+        deployment_id=deployment_id,
+        approver=approver_of(request),
+        comment=(payload or DecisionIn()).comment,
+    )
+    return selectors.deployment_as_dict(deployment)
+
+
+@router.get(
+    "/projects/{slug}/metrics/dora",
+    response=DoraOut,
+    summary="DORA metrics of one environment over the last N days (docs/deployments.md)",
+)
+def dora_metrics(request: HttpRequest, slug: str, query: Query[DoraQuery]):
+    require_scope(request, TokenScope.READ)
+    project = visible_project(request, slug)
+    environment = clean_environment(query.environment or project.default_environment)
+    return dora.dora_metrics(project=project, environment=environment, days=query.days)

@@ -1,0 +1,93 @@
+"""How an environment is guarded: approval gates, a wait timer, freeze windows; and approvals.
+
+An environment is a name deployments carry (``Deployment.environment``); it needs no row.
+An ``Environment`` row, written by projects-as-code (``environments:``) or the admin, adds
+rules to one (project, name). Without a row an environment is unprotected and never frozen.
+"""
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from deployments.models.deployments import Deployment
+from deployments.models.projects import Project, name_validator
+
+MAX_REQUIRED_APPROVALS = 10
+
+
+class Environment(models.Model):
+    """The rules of one (project, environment): who must approve, how long to wait, freezes."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="environments")
+    name = models.CharField(max_length=64, validators=[name_validator])
+    protected = models.BooleanField(
+        default=False, help_text="deployments wait for approvals before they may run"
+    )
+    required_approvals = models.PositiveSmallIntegerField(
+        default=0, help_text="distinct approvals a deployment needs (0: not protected)"
+    )
+    approver_users = models.JSONField(
+        default=list, blank=True, help_text="usernames that may approve (empty: any approver)"
+    )
+    approver_groups = models.JSONField(
+        default=list, blank=True, help_text="group names whose members may approve"
+    )
+    allow_self_approval = models.BooleanField(
+        default=False, help_text="the one who triggered a deployment may approve it"
+    )
+    wait_timer = models.PositiveIntegerField(
+        default=0, help_text="seconds after creation before a deployment may start"
+    )
+    freeze = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="freeze windows (see deployments.freeze); triggers inside one are refused",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["project__slug", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["project", "name"], name="environment_name_unique"),
+            models.CheckConstraint(
+                condition=Q(required_approvals__lte=MAX_REQUIRED_APPROVALS),
+                name="environment_required_approvals_max",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.project.slug}/{self.name}"
+
+    @property
+    def needs_approval(self) -> bool:
+        return self.protected and self.required_approvals > 0
+
+
+class ApprovalDecision(models.TextChoices):
+    APPROVED = "approved", "Approved"
+    REJECTED = "rejected", "Rejected"
+
+
+class Approval(models.Model):
+    """One approver's decision on one deployment waiting for approval (never changed)."""
+
+    deployment = models.ForeignKey(Deployment, on_delete=models.CASCADE, related_name="approvals")
+    approver = models.CharField(max_length=200, help_text="username, or token:<name>")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    decision = models.CharField(max_length=16, choices=ApprovalDecision.choices)
+    comment = models.TextField(blank=True, default="")
+    at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["deployment", "at", "id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["deployment", "approver"], name="approval_one_per_approver"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.deployment_id}: {self.decision} by {self.approver}"

@@ -1,0 +1,144 @@
+"""Roll an environment back: deploy again the last good commit before the current one.
+
+The environment's *current* deployment is its latest success (by finish time). A rollback
+targets, unless told which, the latest earlier success whose commit differs from the
+current one and which no successful rollback has undone, and creates a new deployment of that
+target's ref, commit, pipeline snapshot, params and timeout, with ``rollback_of`` = the
+target and ``undoes`` = the current one. It obeys the environment's freeze and approval
+rules like any trigger, and is announced as ``deployment.created`` with ``rollback: true``.
+"""
+
+from django.db import IntegrityError, transaction
+from django.db.models import QuerySet
+
+from deployments import environments, services
+from deployments.errors import (
+    DeploymentNotFound,
+    InvalidRequest,
+    NothingToRollBack,
+    NotRollbackTarget,
+)
+from deployments.locks import lock_environment
+from deployments.models import Deployment, DeploymentStatus, Project
+from deployments.validation import clean_environment, clean_idempotency_key
+
+S = DeploymentStatus
+
+
+def successes(project: Project, environment: str) -> QuerySet:
+    """Return the environment's successful deployments, latest finished first."""
+    return Deployment.objects.filter(
+        project=project, environment=environment, status=S.SUCCESS
+    ).order_by("-finished_at", "-pk")
+
+
+def current_deployment(project: Project, environment: str) -> Deployment | None:
+    """Return the deployment the environment runs now: its latest success, if any."""
+    return successes(project, environment).first()
+
+
+def rollback_target(project: Project, environment: str, current: Deployment) -> Deployment:
+    """Return the last good deployment before ``current`` to go back to, or raise."""
+    earlier = (
+        successes(project, environment)
+        .filter(finished_at__lt=current.finished_at)
+        .exclude(commit_sha=current.commit_sha)
+        .exclude(undone_by__status=S.SUCCESS)
+        .first()
+    )
+    if earlier is None:
+        raise NothingToRollBack(
+            f"environment {environment!r} of {project.slug} has no successful deployment "
+            f"of another commit before deployment {current.pk} to roll back to"
+        )
+    return earlier
+
+
+def deployment_rollback(
+    *,
+    project: Project,
+    environment: str,
+    to_deployment_id: int | None = None,
+    triggered_by: str = "system",
+    idempotency_key: str | None = None,
+    override_freeze: bool = False,
+) -> Deployment:
+    """Create the rollback deployment of ``environment``; return it.
+
+    Raises NothingToRollBack when the environment has no current deployment or nothing
+    before it, NotRollbackTarget when ``to_deployment_id`` never succeeded or is current.
+    """
+    environment = clean_environment(environment)
+    idempotency_key = clean_idempotency_key(idempotency_key)
+    request = {"rollback": environment, "to": to_deployment_id}
+    if override_freeze:
+        request["override_freeze"] = True
+    fingerprint = services._fingerprint(**request)
+    with transaction.atomic():
+        lock_environment(project.pk, environment)
+        if idempotency_key is not None:
+            existing = services._replay(project, idempotency_key, fingerprint)
+            if existing is not None:
+                return existing
+        current = current_deployment(project, environment)
+        if current is None:
+            raise NothingToRollBack(
+                f"environment {environment!r} of {project.slug} has no successful deployment"
+            )
+        target = (
+            rollback_target(project, environment, current)
+            if to_deployment_id is None
+            else _chosen(project, environment, to_deployment_id, current)
+        )
+        gate = environments.gate(project, environment, override_freeze=override_freeze)
+        try:
+            with transaction.atomic():
+                deployment = services._insert(
+                    project,
+                    gate,
+                    environment=environment,
+                    ref=target.ref,
+                    commit_sha=target.commit_sha,
+                    pipeline=target.pipeline,
+                    pipeline_name=target.pipeline_name,
+                    params=target.params,
+                    steps=target.steps,
+                    timeout=target.timeout,
+                    rollback_of=target,
+                    undoes=current,
+                    triggered_by=triggered_by,
+                    idempotency_key=idempotency_key,
+                    request_fingerprint=fingerprint if idempotency_key else "",
+                )
+        except IntegrityError:
+            existing = services._replay(project, idempotency_key, fingerprint)
+            if existing is None:
+                raise
+            return existing
+        services.audit(
+            triggered_by,
+            "deployment.rollback",
+            current,
+            {"new_deployment": deployment.pk, "to": target.pk, "commit": target.commit_sha},
+        )
+        return services._announce_new(deployment, gate, actor=triggered_by)
+
+
+def _chosen(project: Project, environment: str, deployment_id: int, current: Deployment):
+    target = Deployment.objects.filter(pk=deployment_id, project=project).first()
+    if target is None:
+        raise DeploymentNotFound(f"project {project.slug} has no deployment {deployment_id}")
+    if target.environment != environment:
+        raise InvalidRequest(
+            f"deployment {target.pk} was a deployment to {target.environment!r}, "
+            f"not {environment!r}",
+            field="deployment_id",
+        )
+    if target.status != S.SUCCESS:
+        raise NotRollbackTarget(
+            f"deployment {target.pk} never succeeded ({target.status}); "
+            "only a successful deployment can be rolled back to"
+        )
+    if target.pk == current.pk:
+        raise NotRollbackTarget(f"deployment {target.pk} is already the current deployment")
+    return target

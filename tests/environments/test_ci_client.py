@@ -1,0 +1,39 @@
+"""scripts/conveyor-deploy --rollback against a live server, a real worker and a git repo."""
+
+import time
+
+import pytest
+
+from deployments.models import Deployment
+from deployments.services import deployment_create
+from tests.api.test_ci_client import run_client
+from tests.deployments.conftest import commit, wait_for
+
+pytestmark = pytest.mark.usefixtures("purge_broker")
+
+
+def test_the_client_rolls_back_and_reports_when_there_is_nothing_to_roll_back_to(
+    live_server, make_project, project_api, deploy_worker, git_repo
+):
+    steps = [{"name": "show", "command": "echo deploying version $(cat VERSION)"}]
+    project = make_project("shop", repo=str(git_repo), pipelines={"default": steps})
+    token = project_api("deploy", project).headers["Authorization"].split()[1]
+    deploy_worker()
+    rollback = ("--project", "shop", "--environment", "production", "--rollback")
+
+    started = time.monotonic()
+    nothing = run_client(live_server, token, *rollback)
+    assert nothing.returncode == 2 and "409 nothing_to_roll_back" in nothing.stderr
+    assert time.monotonic() - started < 10  # refused at once, not retried like a busy key
+
+    v1 = wait_for(deployment_create(project=project, ref="main"), "success")
+    commit(git_repo, "2")
+    wait_for(deployment_create(project=project, ref="main"), "success")
+    rolled = run_client(live_server, token, *rollback)
+    assert rolled.returncode == 0, rolled.stderr
+    assert "deploying version 1" in rolled.stdout and "rollback" in rolled.stderr
+    latest = Deployment.objects.order_by("-pk").first()
+    assert latest.rollback_of_id == v1.pk and latest.status == "success"
+
+    usage = run_client(live_server, token, "--project", "shop", "--rollback", "--ref", "main")
+    assert usage.returncode == 2 and "--rollback takes no --ref" in usage.stderr
