@@ -7,7 +7,9 @@ from jobs.task import JobContext, JobTask
 
 
 # Routed to the ``deployments`` queue (project.celery task_routes; enqueue names it too).
-@shared_task(base=JobTask, name="deployments.run", job_max_attempts=1, batch=False)
+@shared_task(
+    base=JobTask, name="deployments.run", job_max_attempts=1, batch=False, stops_on_shutdown=True
+)
 def run_deployment(ctx: JobContext) -> dict:
     """Run the deployment named in the job's payload (at most once: one attempt)."""
     return pipeline.run(deployment_id=int(ctx.payload["deployment_id"]), ctx=ctx)

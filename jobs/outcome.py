@@ -77,8 +77,12 @@ class Event:
 
     @classmethod
     def raised(cls, exc: BaseException) -> "Event":
+        from jobs.shutdown import WorkerShutdown
+
         if isinstance(exc, SoftTimeLimitExceeded | TimeLimitExceeded):
             return cls(Happened.TIME_LIMIT, exc=exc)
+        if isinstance(exc, WorkerShutdown):
+            return cls(Happened.WORKER_SHUTDOWN, exc=exc)
         return cls(Happened.RAISED, exc=exc)
 
     @classmethod

@@ -24,10 +24,10 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection
 from django.utils import timezone
 
-from jobs import conf, outcome, services, statements
+from jobs import conf, outcome, services, shutdown, statements
 from jobs.errors import Permanent, RetryAfter, Snooze
 from jobs.lease import keeper
-from jobs.models import Job
+from jobs.models import PENDING, Job
 
 logger = logging.getLogger("jobs")
 
@@ -80,6 +80,8 @@ class JobTask(Task):
     job_max_attempts: int | None = None
     # Whether many jobs of this task may share one message (see jobs.publish).
     batch = True
+    # Whether the body winds down by itself when its worker shuts down (jobs.shutdown).
+    stops_on_shutdown = False
     # jobs.outcome decides retries from autoretry_for & co; this keeps Celery from also
     # wrapping run() in its own autoretry (it wraps only tasks without ``_orig_run``).
     _orig_run = None
@@ -95,7 +97,11 @@ class JobTask(Task):
                 self.run_ended(done[0])
             return None
         done = None  # a success whose completion rides on the next claim
-        for job_id in dict.fromkeys(int(i) for i in job_ids):
+        ids = list(dict.fromkeys(int(i) for i in job_ids))
+        for position, job_id in enumerate(ids):
+            if shutdown.requested():  # leave the rest to other workers, at once
+                _republish(ids[position:])
+                break
             completed, job = statements.complete_and_claim(
                 *(done or (None, None)), job_id, worker=worker
             )
@@ -123,7 +129,8 @@ class JobTask(Task):
         lease = keeper()
         lease.track(ctx)
         try:
-            result = self.run(ctx)
+            with shutdown.running_body(self.stops_on_shutdown):
+                result = self.run(ctx)
             try:
                 event = outcome.Event.returned(json.dumps(result))
             except (TypeError, ValueError) as exc:
@@ -178,6 +185,12 @@ def _complete(job: Job, encoded: str) -> bool:
 def _succeeded(job: Job) -> None:
     if conf.get().log_success:
         services.log_job("job.succeeded", job)
+
+
+def _republish(job_ids: list[int]) -> None:
+    from jobs.publish import publish
+
+    publish(Job.objects.filter(pk__in=job_ids, status__in=PENDING))
 
 
 def _dropped(task: Task, job_id) -> None:

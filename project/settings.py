@@ -191,6 +191,8 @@ CONVEYOR_JOB_MAX_ATTEMPTS = env.integer("CONVEYOR_JOB_MAX_ATTEMPTS", 5, minimum=
 # Job ids per broker message when many jobs of one task are published at once (enqueue_many,
 # webhook fan-out, the sweeper); 1 turns batching off.
 CONVEYOR_BATCH_SIZE = env.integer("CONVEYOR_BATCH_SIZE", 25, minimum=1)
+# On SIGTERM, how long running jobs may finish before the worker hands them back (jobs.shutdown).
+CONVEYOR_SHUTDOWN_GRACE = env.duration("CONVEYOR_SHUTDOWN_GRACE", "30s")
 # Log one ``job.succeeded`` line per successful job (off: the success path stays quiet).
 CONVEYOR_JOB_LOG_SUCCESS = env.boolean("CONVEYOR_JOB_LOG_SUCCESS", False)
 CONVEYOR_REAPER_INTERVAL = env.duration("CONVEYOR_REAPER_INTERVAL", "1m")

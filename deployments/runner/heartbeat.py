@@ -7,6 +7,7 @@ from django.db import DatabaseError, close_old_connections
 
 from deployments.conf import HEARTBEAT_SECONDS
 from deployments.runner.step import Stop
+from jobs import shutdown
 from jobs.task import JobContext
 
 logger = logging.getLogger("deployments")
@@ -17,8 +18,9 @@ class Beat:
 
     ``tick()`` returns None while the run may go on, ``Stop.CANCELLED`` once a cancel was
     requested for the job, ``Stop.LOST`` once the run was taken away (lease expired and the
-    job reaped). A database error is logged and retried on the next beat: a short outage must
-    not fail a deployment whose lease is still good.
+    job reaped), ``Stop.SHUTDOWN`` once the worker is shutting down past its grace. A
+    database error is logged and retried on the next beat: a short outage must not fail a
+    deployment whose lease is still good.
     """
 
     def __init__(self, ctx: JobContext, *, interval: float = HEARTBEAT_SECONDS) -> None:
@@ -29,6 +31,8 @@ class Beat:
 
     def tick(self, *, force: bool = False) -> Stop | None:
         """Beat if the interval has passed (or ``force``); return the verdict so far."""
+        if self.verdict is None and shutdown.requested():
+            self.verdict = Stop.SHUTDOWN
         now = time.monotonic()
         if self.verdict is not None or (not force and now < self._next):
             return self.verdict

@@ -129,7 +129,7 @@ class Execution:
             result = self._run_one(run, step, workdir)
             if result.stopped is Stop.TIMED_OUT and time.monotonic() >= self.deadline:
                 return self._stopped_outcome(Stop.TIMED_OUT, f"in step {run.name!r}")
-            if result.stopped in (Stop.CANCELLED, Stop.LOST):
+            if result.stopped in (Stop.CANCELLED, Stop.LOST, Stop.SHUTDOWN):
                 return self._stopped_outcome(result.stopped, f"in step {run.name!r}")
             if result.stopped is Stop.TIMED_OUT or result.exit_code != 0:
                 reason = (
@@ -203,6 +203,8 @@ class Execution:
             return "was cancelled"
         if result.stopped is Stop.LOST:
             return "was stopped (run lost)"
+        if result.stopped is Stop.SHUTDOWN:
+            return "was stopped (worker shutdown)"
         if result.exit_code is None:
             return "did not run" if result.error else "ended without an exit code"
         if result.exit_code < 0:
@@ -214,6 +216,8 @@ class Execution:
             return (S.CANCELLED, "", f"cancelled {where}")
         if stop is Stop.LOST:
             return (Stop.LOST, "", f"run lost {where}")
+        if stop is Stop.SHUTDOWN:
+            return (S.FAILED, FailureReason.WORKER_SHUTDOWN, f"the worker shut down {where}")
         return (S.FAILED, FailureReason.TIMED_OUT, f"deployment timed out {where}")
 
     def _finish(self, status: str | Stop, reason: str, error: str) -> str:

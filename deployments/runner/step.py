@@ -36,6 +36,7 @@ class Stop(enum.Enum):
     CANCELLED = "cancelled"
     TIMED_OUT = "timed_out"
     LOST = "lost"  # the job's lease was taken away: another party owns the outcome now
+    SHUTDOWN = "shutdown"  # the worker is shutting down past its grace (jobs.shutdown)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,79 @@
+"""Graceful shutdown: SIGTERM lets running jobs finish within CONVEYOR_SHUTDOWN_GRACE, then
+hands every job still running back at once."""
+
+import signal
+import time
+
+from deployments.models import FailureReason, StepRun
+from deployments.services import deployment_create
+from jobs import services
+from jobs.models import Job, JobReason, JobStatus
+from tests.deployments.conftest import log_text, read_pids, wait_for
+from tests.deployments.test_stopping import TREE
+from tests.jobs.test_execution import executions, wait_for_status
+from tests.processes import alive, wait_until
+
+S = JobStatus
+GRACE = {"CONVEYOR_SHUTDOWN_GRACE": "2s"}
+
+
+def sigterm(worker) -> float:
+    worker.process.send_signal(signal.SIGTERM)
+    return time.monotonic()
+
+
+def test_a_short_job_finishes_within_the_grace(start_worker):
+    worker = start_worker(concurrency=1, env={"CONVEYOR_SHUTDOWN_GRACE": "20s"})
+    job = services.enqueue("tests.record", {"sleep": 2})
+    wait_for_status(job, S.RUNNING)
+    sigterm(worker)
+    worker.process.wait(timeout=30)
+    job.refresh_from_db()
+    assert job.status == S.SUCCEEDED and executions(job) == 1
+
+
+def test_a_long_job_is_handed_back_at_once_and_runs_again_elsewhere(start_worker):
+    first = start_worker(concurrency=1, env=GRACE)
+    job = services.enqueue("tests.record", {"sleep": 60, "first_only": True})
+    wait_for_status(job, S.RUNNING)
+    asked = sigterm(first)
+    wait_for_status(job, S.RETRYING, S.QUEUED, timeout=30)
+    assert job.reason == JobReason.WORKER_SHUTDOWN
+    assert job.lease_expires_at is None and job.locked_by == ""
+    assert job.attempts == 0  # a shutdown spends no attempt
+    first.process.wait(timeout=30)
+    assert time.monotonic() - asked < 20  # the grace (2 s) plus the wind-down, not 60 s
+    [entry] = job.attempts_history
+    assert (entry["outcome"], entry["reason"]) == ("retrying", "worker_shutdown")
+    assert entry["error"]["class_path"] == "jobs.shutdown.WorkerShutdown"
+
+    second = start_worker(concurrency=1)
+    wait_for_status(job, S.SUCCEEDED, timeout=60)
+    assert executions(job) == 1  # the interrupted body never got to record
+    assert job.attempts_history[-1]["worker"].startswith(f"{second.name}@")
+
+
+def test_a_deployment_mid_step_fails_with_worker_shutdown_and_leaves_no_process(
+    make_project, deploy_worker, tmp_path
+):
+    pids = tmp_path / "pids"
+    project = make_project(
+        pipelines={
+            "default": [
+                {"name": "long", "command": TREE.format(pids=pids)},
+                {"name": "never", "command": "echo never"},
+            ]
+        }
+    )
+    worker = deploy_worker(env=GRACE)
+    deployment = deployment_create(project=project, ref="main")
+    wait_until(lambda: len(read_pids(pids)) == 4, timeout=60, message="the step's tree")
+    sigterm(worker)
+    done = wait_for(deployment, "failed", "success", "cancelled", timeout=40)
+    assert (done.status, done.failure_reason) == ("failed", FailureReason.WORKER_SHUTDOWN)
+    assert [pid for pid in read_pids(pids) if alive(pid)] == []
+    runs = StepRun.objects.filter(deployment=done).order_by("position")
+    assert [r.status for r in runs][1] == "skipped"
+    assert "the worker shut down in step 'long'" in log_text(done)
+    worker.process.wait(timeout=30)
+    assert Job.objects.get(pk=done.job_id).status == S.SUCCEEDED  # the runner ended it itself
