@@ -129,10 +129,9 @@ def trigger(request: HttpRequest, response: HttpResponse, slug: str, payload: Tr
     require_scope(request, TokenScope.DEPLOY)
     require_override(request, payload.override_freeze)
     project = visible_project(request, slug)
-    key = request.headers.get("Idempotency-Key")
 
-    def create() -> tuple[int, dict]:
-        deployment = services.deployment_create(
+    def create(key: str | None) -> Deployment:
+        return services.deployment_create(
             project=project,
             ref=payload.ref,
             environment=payload.environment,
@@ -142,14 +141,26 @@ def trigger(request: HttpRequest, response: HttpResponse, slug: str, payload: Tr
             idempotency_key=key,
             override_freeze=payload.override_freeze,
         )
-        return 201, as_json(deployment)
+
+    return create_once(request, response, create)
+
+
+def create_once(request: HttpRequest, response: HttpResponse, create) -> Status:
+    """Answer 201 with the deployment ``create(key)`` makes, once per ``Idempotency-Key``.
+
+    A replay of the same key and body answers the stored response (``Idempotent-Replayed``).
+    """
+    key = request.headers.get("Idempotency-Key")
+
+    def handler() -> tuple[int, dict]:
+        return 201, as_json(create(key))
 
     if key is None:
-        status, body = create()
+        status, body = handler()
     else:
         try:
             status, body, replayed = run_once(
-                token=request.auth, key=key, path=request.path, body=request.body, handler=create
+                token=request.auth, key=key, path=request.path, body=request.body, handler=handler
             )
         except IdempotencyConflict as exc:
             raise ApiError(exc.status, "idempotency_conflict", str(exc)) from None

@@ -4,13 +4,13 @@ from datetime import datetime
 
 from django.contrib.auth import get_user_model
 from django.http import HttpRequest, HttpResponse
-from ninja import Field, Query, Router, Schema, Status
+from ninja import Field, Query, Router, Schema
 from pydantic import ConfigDict
 
 from deployments import approvals, dora, history, rollback, selectors
 from deployments.api import (
     DeploymentOut,
-    as_json,
+    create_once,
     require_override,
     visible_deployment,
     visible_project,
@@ -18,9 +18,7 @@ from deployments.api import (
 from deployments.environments import Approver
 from deployments.validation import clean_environment
 from jobs.auth import actor, require_scope
-from jobs.idempotency import IdempotencyConflict, run_once
 from jobs.models import ApiToken, TokenScope
-from project.api_errors import ApiError
 from project.pagination import DEFAULT_LIMIT, MAX_LIMIT, paginate
 
 router = Router(tags=["environments"])
@@ -175,10 +173,9 @@ def rollback_environment(
     payload = payload or RollbackIn()
     require_override(request, payload.override_freeze)
     project = visible_project(request, slug)
-    key = request.headers.get("Idempotency-Key")
 
-    def create() -> tuple[int, dict]:
-        deployment = rollback.deployment_rollback(
+    def create(key: str | None):
+        return rollback.deployment_rollback(
             project=project,
             environment=name,
             to_deployment_id=payload.deployment_id,
@@ -186,21 +183,8 @@ def rollback_environment(
             idempotency_key=key,
             override_freeze=payload.override_freeze,
         )
-        return 201, as_json(deployment)
 
-    if key is None:
-        status, body = create()
-    else:
-        try:
-            status, body, replayed = run_once(
-                token=request.auth, key=key, path=request.path, body=request.body, handler=create
-            )
-        except IdempotencyConflict as exc:
-            raise ApiError(exc.status, "idempotency_conflict", str(exc)) from None
-        if replayed:
-            response["Idempotent-Replayed"] = "true"
-    response["Location"] = f"/api/v1/deployments/{body['id']}"
-    return Status(status, body)
+    return create_once(request, response, create)
 
 
 @router.post(
