@@ -164,13 +164,16 @@ def main() -> dict:
         **{name: (lambda n, size=size: run_conveyor(n, size)) for name, size in BATCHES.items()},
     }
     seconds: dict[str, list[float]] = {name: [] for name in variants}
+    cpu_ms: dict[str, list[float]] = {name: [] for name in variants}
     worker = harness.start_worker(env, concurrency=CONCURRENCY)
     try:
         run_raw_noop(200)  # warm up: each pool child connects to Redis and PostgreSQL
         run_conveyor(200, 25)
         for round_no in range(harness.ROUNDS):
             for name in harness.order(list(variants), round_no):
+                cpu = harness.cpu_seconds(worker)
                 seconds[name].append(variants[name](N))
+                cpu_ms[name].append((harness.cpu_seconds(worker) - cpu) / N * 1000)
                 print(f"round {round_no + 1} {name}: {N / seconds[name][-1]:.0f}/s", flush=True)
     finally:
         worker.stop()
@@ -179,6 +182,7 @@ def main() -> dict:
     results = {"jobs_per_round": N, "worker": f"prefork x {CONCURRENCY}, prefetch 1, acks late"}
     for name in variants:
         results[f"{name}_per_s"] = harness.summary(rate[name])
+        results[f"{name}_worker_cpu_ms_per_job"] = harness.summary(cpu_ms[name], 2)
     results["raw_floor_vs_raw_noop"] = harness.ratio_summary(rate["raw_floor"], rate["raw_noop"])
     results["single_vs_raw_floor"] = harness.ratio_summary(rate["single"], rate["raw_floor"])
     results["single_vs_raw_noop"] = harness.ratio_summary(rate["single"], rate["raw_noop"])

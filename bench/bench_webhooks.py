@@ -217,6 +217,7 @@ def main() -> dict:
         "instant_loop": lambda: plain_loop(instant.url, runs[instant.url]),
     }
     rate: dict[str, list[float]] = {name: [] for name in variants}
+    cpu_ms: dict[str, list[float]] = {"slow_conveyor": [], "instant_conveyor": []}
     worker = harness.start_worker(env, concurrency=THREADS, queues="webhooks", pool="threads")
     try:
         for round_no in range(harness.ROUNDS):
@@ -225,7 +226,10 @@ def main() -> dict:
                 [("slow_conveyor", "slow_pool"), ("instant_conveyor", "instant_loop")], round_no
             )
             for name in [name for pair in pairs for name in pair]:
+                cpu = harness.cpu_seconds(worker)
                 rate[name].append(EVENTS / variants[name]())
+                if name in cpu_ms:  # the worker's CPU per delivery, all its threads
+                    cpu_ms[name].append((harness.cpu_seconds(worker) - cpu) / EVENTS * 1000)
                 print(f"round {round_no + 1} {name}: {rate[name][-1]:.1f}/s", flush=True)
     finally:
         worker.stop()
@@ -244,6 +248,8 @@ def main() -> dict:
     results["instant_conveyor_vs_loop"] = harness.ratio_summary(
         rate["instant_conveyor"], rate["instant_loop"]
     )
+    for name, values in cpu_ms.items():
+        results[f"{name}_worker_cpu_ms_per_delivery"] = harness.summary(values, 2)
     results["notify_events_per_s"] = harness.summary(notify_rates)
     results["swept"] = swept
     results["received"] = slow.count + instant.count

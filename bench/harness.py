@@ -78,6 +78,20 @@ def start_worker(
     )
 
 
+def cpu_seconds(worker: Worker) -> float:
+    """CPU time (user + system) used so far by the worker and its pool children."""
+    from tests.processes import process_tree
+
+    total = 0
+    for pid in [worker.pid, *process_tree(worker.pid)]:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def purge(*queues: str) -> None:
     from project.celery import QUEUES, app
 
