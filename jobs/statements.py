@@ -9,6 +9,7 @@ data-modifying CTEs), so a batch commits each success the moment its body return
 paying a round trip for it.
 """
 
+from datetime import timedelta
 from functools import cache
 
 from django.db import connection
@@ -22,6 +23,8 @@ TABLE = Job._meta.db_table
 FIELDS = Job._meta.concrete_fields
 COLUMNS = ", ".join(connection.ops.quote_name(field.column) for field in FIELDS)
 NAMES = [field.attname for field in FIELDS]
+# Tolerance for a retry message that reaches a worker a moment before its run_after.
+CLAIM_CLOCK_SKEW = timedelta(seconds=1)
 
 _CLAIM = f"""
 UPDATE {TABLE} SET status = '{S.RUNNING}', attempts = attempts + 1, lease_expires_at = %s,
@@ -87,8 +90,6 @@ def _job(row) -> Job:
 
 
 def _claim_params(job_id: int, worker: str, now) -> list:
-    from jobs.services.runs import CLAIM_CLOCK_SKEW
-
     when = connection.ops.adapt_datetimefield_value
     lease = now + conf.get().lease_timeout
     return [when(lease), worker, when(now), when(now), job_id, when(now + CLAIM_CLOCK_SKEW)]

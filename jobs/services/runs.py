@@ -4,8 +4,6 @@ How a run ends (succeeded, retrying, cancelled, dead) is decided and applied by
 jobs.outcome; the worker's fixed statements live in jobs.statements.
 """
 
-from datetime import timedelta
-
 from django.db.models import Q
 from django.utils import timezone
 
@@ -15,8 +13,7 @@ from jobs.publish import publish_on_commit
 from jobs.services.base import S, log_job, this_run
 from jobs.transitions import update_returning
 
-# Tolerance for a retry message that reaches a worker a moment before its run_after.
-CLAIM_CLOCK_SKEW = timedelta(seconds=1)
+CLAIM_CLOCK_SKEW = statements.CLAIM_CLOCK_SKEW
 
 
 def job_claim(job_id: int, *, worker: str) -> Job | None:

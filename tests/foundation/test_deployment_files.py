@@ -36,12 +36,21 @@ def test_compose_wires_the_app_to_postgres_and_redis():
 def test_compose_commands_start_gunicorn_all_queues_and_one_beat():
     services = compose()["services"]
     assert services["web"]["command"][0] == "gunicorn"
-    queues = set()
-    for name in ("worker", "deployer"):
-        command = services[name]["command"]
-        assert command[:4] == ["celery", "-A", "project", "worker"]
-        queues |= set(command[command.index("--queues") + 1].split(","))
-    assert queues == {"default", "deployments", "webhooks", "maintenance"}
+    from project.celery import QUEUES
+
+    # The worker takes every declared queue but those the deployer and webhooks pools take.
+    worker = services["worker"]["command"]
+    assert worker[:4] == ["celery", "-A", "project", "worker"]
+    excluded = set(worker[worker.index("--exclude-queues") + 1].split(","))
+    deployer = services["deployer"]["command"]
+    assert deployer[deployer.index("--queues") + 1] == "deployments"
+    webhooks = " ".join(services["webhooks"]["command"])
+    assert "--queues webhooks --pool threads" in webhooks
+    assert "CONVEYOR_WEBHOOK_CONCURRENCY" in webhooks
+    assert excluded == {"deployments", "webhooks"} and set(QUEUES) - excluded == {
+        "default",
+        "maintenance",
+    }
     assert services["beat"]["command"][3] == "beat"
     assert services["beat"]["deploy"]["replicas"] == 1
     dockerfile = services["web"]["build"]["dockerfile"]
