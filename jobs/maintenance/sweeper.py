@@ -6,8 +6,9 @@ at commit time, or a job scheduled beyond the publish horizon all leave a ``queu
 ``CONVEYOR_SWEEPER_GRACE`` (default 1m) and publishes them again; a duplicate it causes is
 turned away by the claim. Scheduled jobs about to come due are published with their
 countdown. A row is re-sent with exponential spacing (grace, 2×grace, 4×grace, …) so a deep
-backlog is not multiplied, and not at all while the broker queue already holds at least as
-many messages as there are candidates for it.
+backlog is not multiplied, and not at all while the broker queue already holds enough
+messages to carry every candidate for it (a message carries up to ``CONVEYOR_BATCH_SIZE``
+ids). Re-sent jobs share messages like any fan-out (jobs.publish).
 
 Runs every ``CONVEYOR_SWEEPER_INTERVAL`` (default 1m). Logs one ``maintenance.sweeper`` line.
 """
@@ -73,7 +74,9 @@ def sweep() -> SweepResult:
     republished = skipped = 0
     for queue, jobs in by_queue.items():
         depth = _queue_depth(queue)
-        if depth is not None and depth >= len(jobs):
+        # A message may carry up to CONVEYOR_BATCH_SIZE ids (jobs.publish): a queue still
+        # holding that many is a backlog being worked through, not a loss.
+        if depth is not None and depth * conf.get().batch_size >= len(jobs):
             skipped += len(jobs)
             continue
         _mark_published(jobs, now)

@@ -120,3 +120,32 @@ def test_every_attempt_is_kept_three_failures_then_success(start_worker):
         assert entry["worker"].startswith(f"{worker.name}@")
         assert entry["started_at"] <= entry["finished_at"]
     assert history[3]["error"] is None
+
+
+def test_the_sweeper_counts_a_batched_backlog_as_covered(transactional_db, purge_broker):
+    from datetime import timedelta
+
+    from django.test import override_settings
+    from django.utils import timezone
+
+    from jobs.maintenance.sweeper import sweep
+    from project.celery import app
+
+    long_ago = timezone.now() - timedelta(minutes=10)
+    jobs = services.enqueue_many("tests.side_effect", [{} for _ in range(30)])
+    purge_broker()  # every doorbell lost
+    Job.objects.filter(pk__in=[j.pk for j in jobs]).update(
+        run_after=long_ago, published_at=long_ago
+    )
+    with app.producer_or_acquire() as producer:  # two messages still waiting in the queue
+        for _ in range(2):
+            app.send_task("tests.side_effect", args=[[0]], queue="default", producer=producer)
+    with override_settings(CONVEYOR_BATCH_SIZE=25):
+        assert sweep().skipped_backlog == 30  # 2 messages can carry 50 ids
+    purge_broker()
+    with override_settings(CONVEYOR_BATCH_SIZE=25):
+        result = sweep()
+    assert result.republished == 30 and result.skipped_backlog == 0
+    with app.connection_for_write() as conn:
+        depth = conn.default_channel.queue_declare(queue="default", passive=True).message_count
+    assert depth == len(publish.messages(jobs)) == 30  # 30 jobs: fewer than 16 per message
