@@ -32,16 +32,28 @@ def error_info(exc: BaseException | None, *, message: str | None = None) -> dict
     if exc is None:
         if message is None:
             return None
-        return {"class_path": "", "message": message[:MESSAGE_LIMIT], "traceback": ""}
+        return {"class_path": "", "message": storable(message)[:MESSAGE_LIMIT], "traceback": ""}
     cls = type(exc)
     text = "".join(tb.format_exception(cls, exc, exc.__traceback__))
     if len(text) > TRACEBACK_LIMIT:  # keep the end: the frame that raised and the message
         text = "…" + text[-TRACEBACK_LIMIT:]
     return {
         "class_path": f"{cls.__module__}.{cls.__qualname__}",
-        "message": (message if message is not None else str(exc))[:MESSAGE_LIMIT],
-        "traceback": text,
+        "message": storable(message if message is not None else _text(exc))[:MESSAGE_LIMIT],
+        "traceback": storable(text),
     }
+
+
+def storable(text: str) -> str:
+    """``text`` as PostgreSQL can store it: NUL characters are shown as ``\\x00``."""
+    return text.replace("\x00", "\\x00")
+
+
+def _text(exc: BaseException) -> str:
+    try:
+        return str(exc)
+    except Exception:  # an exception whose __str__ raises must still be recorded
+        return f"<{type(exc).__name__} whose str() failed>"
 
 
 def describe(error: dict | None) -> str:

@@ -17,6 +17,7 @@ False`` keeps a task's jobs one per message (long or time-limited work should).
 import json
 import logging
 import os
+import re
 from dataclasses import dataclass, field
 
 from celery import Task
@@ -131,10 +132,7 @@ class JobTask(Task):
         try:
             with shutdown.running_body(self.stops_on_shutdown):
                 result = self.run(ctx)
-            try:
-                event = outcome.Event.returned(json.dumps(result))
-            except (TypeError, ValueError) as exc:
-                raise Permanent(f"the job's result cannot be stored as JSON: {exc}") from exc
+            event = outcome.Event.returned(_encode(result))
         except BaseException as exc:  # noqa: BLE001 - every failure is the job's, not the pool's
             event = outcome.Event.raised(exc)
         finally:
@@ -163,6 +161,21 @@ class JobTask(Task):
     ):
         """Celery's ``self.retry()`` inside a job body: retry the job (after ``countdown``)."""
         raise RetryAfter(str(exc or "retry requested"), seconds=countdown) from exc
+
+
+# A NUL character, as json.dumps writes it (``\u0000`` after an even run of backslashes).
+_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+
+
+def _encode(result) -> str:
+    """The body's return value as JSON text; Permanent if it cannot be stored."""
+    try:
+        encoded = json.dumps(result)
+    except (TypeError, ValueError) as exc:
+        raise Permanent(f"the job's result cannot be stored as JSON: {exc}") from exc
+    if "\\u0000" in encoded and _NUL.search(encoded):
+        raise Permanent("the job's result contains a NUL character, which cannot be stored")
+    return encoded
 
 
 def _claim(job_id: int, *, worker: str) -> Job | None:

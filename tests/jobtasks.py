@@ -121,3 +121,23 @@ def side_effect_task(ctx: JobContext):
             [ctx.job.pk],
         )
     return ctx.job.pk
+
+
+class UnprintableError(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no text for you")
+
+
+@shared_task(base=JobTask, name="tests.awkward")
+def awkward_task(ctx: JobContext):
+    """Fail or return in ways a database or a formatter may choke on (``payload["mode"]``)."""
+    mode = ctx.payload["mode"]
+    if mode == "nul_error":
+        raise ValueError("bad\x00byte")
+    if mode == "unprintable":
+        raise UnprintableError()
+    if mode == "nul_result":
+        return {"text": "bad\x00byte"}
+    if mode == "not_json":
+        return {1, 2}
+    return "x" * ctx.payload.get("size", 0)

@@ -12,7 +12,7 @@ from jobs import outcome, services
 from jobs.errors import Permanent, RetryAfter, Snooze
 from jobs.models import Job, JobReason, JobStatus
 from jobs.tasks import noop
-from tests.jobtasks import flaky_task
+from tests.jobtasks import awkward_task, flaky_task
 
 S, R, H = JobStatus, JobReason, outcome.Happened
 NOW = timezone.now()
@@ -99,3 +99,23 @@ def test_the_success_path_is_two_statements_single_and_n_plus_one_batched():
     [entry] = Job.objects.get(pk=batch[2]).attempts_history
     assert (entry["attempt"], entry["outcome"], entry["error"]) == (1, "succeeded", None)
     assert entry["worker"].startswith("local/")
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("mode", "status", "reason", "message"),
+    [
+        ("nul_error", S.RETRYING, R.ERROR, "bad\\x00byte"),
+        ("unprintable", S.RETRYING, R.ERROR, "<UnprintableError whose str() failed>"),
+        ("nul_result", S.DEAD, R.PERMANENT, "the job's result contains a NUL character"),
+        ("not_json", S.DEAD, R.PERMANENT, "the job's result cannot be stored as JSON"),
+    ],
+)
+def test_awkward_endings_are_recorded_not_left_running(mode, status, reason, message):
+    job = services.enqueue("tests.awkward", {"mode": mode})
+    awkward_task(job.pk)
+    job.refresh_from_db()
+    assert (job.status, job.reason) == (status, reason)
+    [entry] = job.attempts_history
+    assert entry["error"]["message"].startswith(message)
+    assert "\x00" not in job.last_error + entry["error"]["traceback"]
