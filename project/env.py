@@ -28,6 +28,24 @@ def parse_duration(value: str) -> timedelta:
     return timedelta(seconds=seconds)
 
 
+def format_duration(value: timedelta) -> str:
+    """Write ``value`` the way settings are written: ``90s``, ``5m``, ``24h``, ``7d``."""
+    seconds = value.total_seconds()
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return f"{seconds:g}s"
+
+
+def at_least(name: str, value: timedelta, minimum: timedelta) -> None:
+    """Refuse duration setting ``name`` when ``value`` is shorter than ``minimum``."""
+    if value < minimum:
+        raise ImproperlyConfigured(
+            f"{name}: {format_duration(value)!r} is too short (expected at least "
+            f"{format_duration(minimum)})"
+        )
+
+
 def duration(name: str, default: str) -> timedelta:
     """Return the duration in environment variable ``name``, else ``default``."""
     raw = os.environ.get(name, default)

@@ -140,6 +140,7 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
         "processed_folder": str(_DEFAULT_BROKER_DIR / "processed"),
         "store_processed": False,
         "control_folder": str(_DEFAULT_BROKER_DIR / "control"),
+        "polling_interval": 0.2,
     }
 else:
     CELERY_BROKER_TRANSPORT_OPTIONS = {
@@ -186,6 +187,13 @@ CONVEYOR_SWEEPER_GRACE = env.duration("CONVEYOR_SWEEPER_GRACE", "1m")
 CONVEYOR_PURGE_INTERVAL = env.duration("CONVEYOR_PURGE_INTERVAL", "1h")
 CONVEYOR_PURGE_COMPLETED_RETENTION = env.duration("CONVEYOR_PURGE_COMPLETED_RETENTION", "7d")
 CONVEYOR_PURGE_DEAD_RETENTION = env.duration("CONVEYOR_PURGE_DEAD_RETENTION", "30d")
+# Maintenance run records (jobs.MaintenanceRun) older than this go; each runner's latest stays.
+CONVEYOR_MAINTENANCE_RETENTION = env.duration("CONVEYOR_MAINTENANCE_RETENTION", "7d")
+# On SIGTERM a worker lets running jobs finish for this long, then hands them back.
+CONVEYOR_SHUTDOWN_GRACE = env.duration("CONVEYOR_SHUTDOWN_GRACE", "30s")
+# Celery 5.5+ soft shutdown: a cold shutdown (SIGQUIT, or SIGTERM with REMAP_SIGTERM=SIGQUIT as
+# scripts/Procfile and docker-compose.yml set it) waits this long for running tasks first.
+CELERY_WORKER_SOFT_SHUTDOWN_TIMEOUT = CONVEYOR_SHUTDOWN_GRACE.total_seconds()
 CONVEYOR_WORKSPACE_FETCH_INTERVAL = env.duration("CONVEYOR_WORKSPACE_FETCH_INTERVAL", "5m")
 CONVEYOR_WORKTREE_PRUNE_INTERVAL = env.duration("CONVEYOR_WORKTREE_PRUNE_INTERVAL", "24h")
 CONVEYOR_WORKTREE_IDLE_THRESHOLD = env.duration("CONVEYOR_WORKTREE_IDLE_THRESHOLD", "30d")

@@ -10,6 +10,7 @@ Retries are Celery's ``autoretry_for`` with exponential backoff and full jitter
 from celery import shared_task
 
 from jobs import Permanent
+from jobs.maintenance import runs
 from jobs.task import JobContext, JobTask
 from webhooks import conf
 from webhooks.delivery import delivery_attempt
@@ -53,6 +54,6 @@ def deliver(self, ctx: JobContext):
 
 
 @shared_task(name="maintenance.purge_webhooks", ignore_result=True)
-def purge_webhooks() -> dict:
+def purge_webhooks(force: bool = False) -> dict:
     """Delete finished deliveries and orphaned events past retention (webhooks.maintenance)."""
-    return vars(purge())
+    return runs.run_task("purge_webhooks", purge, force=force)
