@@ -89,3 +89,14 @@ def wait_for_cancel_task(ctx: JobContext):
 def add(x: int, y: int) -> int:
     """A plain Celery task whose result django-celery-results stores."""
     return x + y
+
+
+@shared_task(name="maintenance.tests_broken", ignore_result=True)
+def broken_runner(force: bool = False) -> dict:
+    """A maintenance runner that always raises, run through jobs.maintenance.runs."""
+    from jobs.maintenance import runs
+
+    def explode():
+        raise ZeroDivisionError("this runner is broken on purpose")
+
+    return runs.run_task("tests_broken", explode, force=force)
