@@ -103,8 +103,9 @@ def test_two_beats_run_each_runner_once_per_interval_and_a_raising_runner_stops_
     sent = sum(beat.sent("maintenance.reap_jobs") for beat in beats)
     reaps = list(runs_of("reap_jobs"))
     assert all(beat.sent("maintenance.reap_jobs") >= 3 for beat in beats)  # both ticked
-    assert 3 <= len(reaps) <= 14 // 3 + 2, (len(reaps), sent)
-    assert len(reaps) < sent  # the twin ticks were skipped, not run
+    assert len(reaps) >= 3 and len(reaps) < sent, (len(reaps), sent)  # twin ticks skipped
+    span = (reaps[-1].started_at - reaps[0].started_at).total_seconds()
+    assert len(reaps) - 1 <= span / 3 + 1, (len(reaps), span)  # about one run per interval
     gaps = [(b.started_at - a.finished_at).total_seconds() for a, b in itertools.pairwise(reaps)]
     assert min(gaps) >= 1.5, gaps  # never twice within half an interval
     skipped = worker.events("maintenance.skipped")
