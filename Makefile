@@ -9,11 +9,9 @@ export PORT
 install:
 	@scripts/install
 
+# scripts/run: port check, migrate, setup_periodic_tasks, seed_demo, then scripts/Procfile.
 run: install
-	@$(PY) manage.py migrate --noinput
-	@$(PY) manage.py setup_periodic_tasks
-	@$(PY) manage.py seed_demo
-	@exec .venv/bin/honcho start -f scripts/Procfile -d .
+	@exec $(PY) scripts/run
 
 test: install
 	@scripts/test-services

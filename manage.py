@@ -9,6 +9,10 @@ def main() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
     from django.core.management import execute_from_command_line
 
+    from project import startup
+
+    startup.setup()  # a bad setting: one line and exit status 2, not a traceback
+
     execute_from_command_line(sys.argv)
 
 

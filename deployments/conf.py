@@ -77,12 +77,9 @@ def validate() -> None:
         conf = get()
     except ValueError as exc:
         raise ImproperlyConfigured(str(exc)) from None
-    if conf.deployment_timeout < timedelta(seconds=1):
-        raise ImproperlyConfigured("CONVEYOR_DEPLOYMENT_TIMEOUT must be at least 1s")
-    if conf.wait < timedelta(seconds=1):
-        raise ImproperlyConfigured("CONVEYOR_DEPLOYMENT_WAIT must be at least 1s")
-    if conf.approval_timeout < timedelta(minutes=1):
-        raise ImproperlyConfigured("CONVEYOR_APPROVAL_TIMEOUT must be at least 1m")
+    env.at_least("CONVEYOR_DEPLOYMENT_TIMEOUT", conf.deployment_timeout, timedelta(seconds=1))
+    env.at_least("CONVEYOR_DEPLOYMENT_WAIT", conf.wait, timedelta(seconds=1))
+    env.at_least("CONVEYOR_APPROVAL_TIMEOUT", conf.approval_timeout, timedelta(minutes=1))
     if conf.worktree_warning_lead >= conf.worktree_idle_threshold:
         raise ImproperlyConfigured(
             "CONVEYOR_WORKTREE_WARNING_LEAD must be shorter than CONVEYOR_WORKTREE_IDLE_THRESHOLD"

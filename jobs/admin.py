@@ -7,7 +7,16 @@ from django.utils.html import format_html, format_html_join
 
 from jobs import attempts, services, tokens
 from jobs.errors import IllegalTransition, JobNotFound
-from jobs.models import FINISHED, ApiToken, AuditLog, Job, JobStatus, Notification
+from jobs.models import (
+    FINISHED,
+    ApiToken,
+    AuditLog,
+    Job,
+    JobStatus,
+    MaintenanceRun,
+    Notification,
+)
+from jobs.selectors import OVERDUE_INTERVALS, maintenance_status
 
 
 def _run_for_each(modeladmin, request, queryset: QuerySet, action, verb: str) -> None:
@@ -195,3 +204,34 @@ class ApiTokenAdmin(admin.ModelAdmin):
         for token in queryset.filter(revoked_at__isnull=True):
             tokens.token_revoke(token, actor=request.user.get_username())
         self.message_user(request, "Revoked.", messages.SUCCESS)
+
+
+@admin.register(MaintenanceRun)
+class MaintenanceRunAdmin(admin.ModelAdmin):
+    """Every recorded maintenance run; above the list, each runner's last one."""
+
+    list_display = ("finished_at", "runner", "duration_ms", "counts", "short_error", "host")
+    list_filter = ("runner",)
+    search_fields = ("runner", "error")
+    date_hierarchy = "finished_at"
+    list_per_page = 50
+    show_full_result_count = False
+    readonly_fields = [f.name for f in MaintenanceRun._meta.fields]
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    @admin.display(description="error")
+    def short_error(self, run: MaintenanceRun) -> str:
+        return (run.error[:80] + "…") if len(run.error) > 80 else run.error
+
+    def changelist_view(self, request, extra_context=None):
+        extra_context = {
+            **(extra_context or {}),
+            "maintenance_runners": maintenance_status(),
+            "overdue_intervals": OVERDUE_INTERVALS,
+        }
+        return super().changelist_view(request, extra_context=extra_context)

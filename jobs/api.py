@@ -72,6 +72,17 @@ class RecentJob(Schema):
     last_error: str | None = None
 
 
+class MaintenanceRunnerOut(Schema):
+    runner: str
+    enabled: bool
+    interval_seconds: float | None
+    last_run_at: datetime | None = Field(None, description="end of the last completed run")
+    duration_ms: int | None
+    counts: dict | None
+    error: str | None
+    overdue: bool = Field(description="no completed run within 3 intervals: is beat running?")
+
+
 class QueueOut(Schema):
     by_status: dict[str, int]
     by_queue: dict[str, dict[str, int]]
@@ -79,6 +90,7 @@ class QueueOut(Schema):
     running: int
     oldest_queued_age_seconds: float | None
     recent: list[RecentJob]
+    maintenance: list[MaintenanceRunnerOut]
 
 
 class JobFilters(Schema):
@@ -97,6 +109,8 @@ def get_queue(request: HttpRequest):
     if not request.auth.allows(TokenScope.ADMIN):  # error text may name other projects' data
         for job in stats["recent"]:
             job["last_error"] = None
+        for runner in stats["maintenance"]:
+            runner["error"] = runner["error"] and "(admin scope)"
     return stats
 
 

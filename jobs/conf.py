@@ -1,10 +1,19 @@
-"""The job engine's settings, typed, with their defaults; validated at start-up."""
+"""The job engine's settings, typed, with their defaults; validated at start-up.
+
+Declared in project/settings.py from the environment; the lifecycle ones:
+
+``CONVEYOR_SHUTDOWN_GRACE``         (30s) on SIGTERM a worker lets running jobs finish this long
+                                    and then hands them back (jobs.shutdown)
+``CONVEYOR_MAINTENANCE_RETENTION``  (7d) maintenance run records kept this long (at least 1d)
+"""
 
 from dataclasses import dataclass
 from datetime import timedelta
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+
+from project.env import at_least
 
 
 @dataclass(frozen=True)
@@ -17,6 +26,12 @@ class JobSettings:
     dead_retention: timedelta
     batch_size: int
     log_success: bool
+    maintenance_retention: timedelta
+    shutdown_grace: timedelta
+
+
+# Shorter would purge a daily runner's history before an operator could look at it.
+MIN_MAINTENANCE_RETENTION = timedelta(days=1)
 
 
 def get() -> JobSettings:
@@ -30,16 +45,19 @@ def get() -> JobSettings:
         dead_retention=settings.CONVEYOR_PURGE_DEAD_RETENTION,
         batch_size=settings.CONVEYOR_BATCH_SIZE,
         log_success=settings.CONVEYOR_JOB_LOG_SUCCESS,
+        maintenance_retention=settings.CONVEYOR_MAINTENANCE_RETENTION,
+        shutdown_grace=settings.CONVEYOR_SHUTDOWN_GRACE,
     )
 
 
 def validate() -> None:
     """Fail loudly at start-up on settings that cannot work together."""
     conf = get()
-    if conf.lease_timeout < timedelta(seconds=5):
-        raise ImproperlyConfigured("CONVEYOR_JOB_LEASE_TIMEOUT must be at least 5s")
-    if conf.sweeper_grace < timedelta(seconds=1):
-        raise ImproperlyConfigured("CONVEYOR_SWEEPER_GRACE must be at least 1s")
+    at_least("CONVEYOR_JOB_LEASE_TIMEOUT", conf.lease_timeout, timedelta(seconds=5))
+    at_least("CONVEYOR_SWEEPER_GRACE", conf.sweeper_grace, timedelta(seconds=1))
+    at_least(
+        "CONVEYOR_MAINTENANCE_RETENTION", conf.maintenance_retention, MIN_MAINTENANCE_RETENTION
+    )
     # A retry's countdown is held unacknowledged by a worker: the broker must not redeliver
     # it meanwhile, and the sweeper must not publish it a second time as "coming due".
     from jobs.publish import SCHEDULE_HORIZON_SECONDS

@@ -214,3 +214,40 @@ class IdempotencyKey(models.Model):
     @property
     def in_flight(self) -> bool:
         return self.status_code is None
+
+
+class MaintenanceRun(models.Model):
+    """One completed pass of a maintenance runner: when, how long, its counts or its error.
+
+    Written by ``jobs.maintenance.runs`` after every run (skipped runs are only logged);
+    rows older than ``CONVEYOR_MAINTENANCE_RETENTION`` go, except each runner's latest.
+    """
+
+    runner = models.CharField(max_length=100, help_text="e.g. reap_jobs, purge_webhooks")
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField()
+    duration_ms = models.PositiveIntegerField()
+    counts = models.JSONField(default=dict, blank=True)
+    error = models.TextField(blank=True, default="")
+    host = models.CharField(max_length=200, blank=True, default="", help_text="host:pid")
+
+    class Meta:
+        ordering = ["-finished_at", "-id"]
+        indexes = [models.Index(fields=["runner", "finished_at"], name="maintenance_run_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.runner} at {self.finished_at:%Y-%m-%d %H:%M:%S}"
+
+
+class MaintenanceLock(models.Model):
+    """A runner's lock on databases without advisory locks (SQLite): held until ``expires_at``.
+
+    PostgreSQL uses ``pg_try_advisory_lock`` instead, released with the session.
+    """
+
+    runner = models.CharField(max_length=100, primary_key=True)
+    holder = models.CharField(max_length=200, blank=True, default="")
+    expires_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.runner} held by {self.holder or 'nobody'} until {self.expires_at}"

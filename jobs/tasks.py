@@ -4,6 +4,7 @@ import time
 
 from celery import shared_task
 
+from jobs.maintenance import runs
 from jobs.maintenance.purge import purge
 from jobs.maintenance.reaper import reap
 from jobs.maintenance.sweeper import sweep
@@ -20,19 +21,24 @@ def noop(ctx: JobContext):
     return None
 
 
+# Every maintenance task runs its service through jobs.maintenance.runs: one run at a time
+# across all beats and workers, at most one per half interval, each recorded.
 @shared_task(name="maintenance.reap_jobs", ignore_result=True)
-def reap_jobs() -> dict:
-    return vars(reap())
+def reap_jobs(force: bool = False) -> dict:
+    """Recover running jobs whose lease expired (see jobs.maintenance.reaper)."""
+    return runs.run_task("reap_jobs", reap, force=force)
 
 
 @shared_task(name="maintenance.sweep_jobs", ignore_result=True)
-def sweep_jobs() -> dict:
-    return vars(sweep())
+def sweep_jobs(force: bool = False) -> dict:
+    """Re-publish due jobs no worker claimed (see jobs.maintenance.sweeper)."""
+    return runs.run_task("sweep_jobs", sweep, force=force)
 
 
 @shared_task(name="maintenance.purge_jobs", ignore_result=True)
-def purge_jobs() -> dict:
-    return vars(purge())
+def purge_jobs(force: bool = False) -> dict:
+    """Delete finished jobs past their retention (see jobs.maintenance.purge)."""
+    return runs.run_task("purge_jobs", purge, force=force)
 
 
 class DjangoTask(JobTask):

@@ -5,6 +5,8 @@ import os
 from celery import Celery, signals
 from kombu import Queue
 
+from project import startup
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
 
 app = Celery("conveyor")
@@ -35,6 +37,12 @@ app.conf.task_routes = {
     "maintenance.*": {"queue": "maintenance"},
 }
 app.autodiscover_tasks()
+
+# Under the ``celery`` command, load and validate the settings now, before Celery reads them:
+# a bad one is then one line and exit status 2, and a worker or beat waits for its database.
+_command = startup.started_by_celery()
+if _command is not None:
+    startup.celery_setup(_command)
 
 
 @signals.setup_logging.connect

@@ -12,6 +12,10 @@ from django.core.exceptions import ImproperlyConfigured
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
 _UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 MAX_DURATION_SECONDS = 10 * 365 * 86400
+# Every CONVEYOR_* name read through this module, so start-up can report the unknown ones.
+_declared: set[str] = set()
+# Variables that are not settings but that Conveyor reads from the environment on purpose.
+READ_ELSEWHERE = frozenset({"CONVEYOR_ADMIN_PASSWORD"})
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 
@@ -28,8 +32,27 @@ def parse_duration(value: str) -> timedelta:
     return timedelta(seconds=seconds)
 
 
+def format_duration(value: timedelta) -> str:
+    """Write ``value`` the way settings are written: ``90s``, ``5m``, ``24h``, ``7d``."""
+    seconds = value.total_seconds()
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return f"{seconds:g}s"
+
+
+def at_least(name: str, value: timedelta, minimum: timedelta) -> None:
+    """Refuse duration setting ``name`` when ``value`` is shorter than ``minimum``."""
+    if value < minimum:
+        raise ImproperlyConfigured(
+            f"{name}: {format_duration(value)!r} is too short (expected at least "
+            f"{format_duration(minimum)})"
+        )
+
+
 def duration(name: str, default: str) -> timedelta:
     """Return the duration in environment variable ``name``, else ``default``."""
+    _declared.add(name)
     raw = os.environ.get(name, default)
     try:
         return parse_duration(raw)
@@ -39,6 +62,7 @@ def duration(name: str, default: str) -> timedelta:
 
 def boolean(name: str, default: bool) -> bool:
     """Return the boolean in environment variable ``name``, else ``default``."""
+    _declared.add(name)
     raw = os.environ.get(name)
     if raw is None or raw.strip() == "":
         return default
@@ -52,6 +76,7 @@ def boolean(name: str, default: bool) -> bool:
 
 def integer(name: str, default: int, *, minimum: int = 0) -> int:
     """Return the integer in environment variable ``name``, else ``default``."""
+    _declared.add(name)
     raw = os.environ.get(name)
     if raw is None or raw.strip() == "":
         return default
@@ -66,12 +91,20 @@ def integer(name: str, default: int, *, minimum: int = 0) -> int:
 
 def string(name: str, default: str = "") -> str:
     """Return environment variable ``name``, else ``default``."""
+    _declared.add(name)
     return os.environ.get(name, default)
 
 
 def choice(name: str, default: str, choices: tuple[str, ...]) -> str:
     """Return environment variable ``name`` (case-insensitive) if it is one of ``choices``."""
+    _declared.add(name)
     raw = os.environ.get(name, default).strip().upper()
     if raw not in choices:
         raise ImproperlyConfigured(f"{name}: {raw!r} is not one of {', '.join(choices)}")
     return raw
+
+
+def unknown_variables(environ: dict[str, str], also_known: set[str] = frozenset()) -> list[str]:
+    """Return the ``CONVEYOR_*`` names in ``environ`` that no setting reads (typos, leftovers)."""
+    known = _declared | READ_ELSEWHERE | set(also_known)
+    return sorted(n for n in environ if n.startswith("CONVEYOR_") and n not in known)

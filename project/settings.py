@@ -4,6 +4,7 @@ Every variable has a documented default (docs/configuration.md). With no environ
 Conveyor runs embedded: SQLite in WAL mode and kombu's filesystem broker, both under ``var/``.
 """
 
+import re
 import secrets
 from pathlib import Path
 
@@ -99,12 +100,16 @@ def _database() -> dict:
                 "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
             },
         }
+    expected = "expected postgres://user:password@host:5432/name or sqlite:////absolute/path"
+    shown = re.sub(r"://([^:/@]*):[^@]*@", r"://\1:***@", url)  # never print a password
     try:
         config = dj_database_url.parse(url, conn_max_age=60, conn_health_checks=True)
-    except Exception as exc:  # dj-database-url raises several types for a bad URL
-        raise ImproperlyConfigured(f"DATABASE_URL is not a usable database URL ({exc})") from None
+    except Exception:  # dj-database-url raises several types for a bad URL
+        raise ImproperlyConfigured(
+            f"DATABASE_URL: {shown!r} is not a usable database URL ({expected})"
+        ) from None
     if not config.get("ENGINE"):
-        raise ImproperlyConfigured("DATABASE_URL names no supported database engine")
+        raise ImproperlyConfigured(f"DATABASE_URL: {shown!r} names no database engine ({expected})")
     if config["ENGINE"] == "django.db.backends.postgresql":
         config.setdefault("OPTIONS", {}).setdefault("connect_timeout", 5)
     return config
@@ -140,7 +145,10 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
         "processed_folder": str(_DEFAULT_BROKER_DIR / "processed"),
         "store_processed": False,
         "control_folder": str(_DEFAULT_BROKER_DIR / "control"),
+        "polling_interval": 0.2,
     }
+    # The same transport, answering a worker's SIGTERM within one polling interval.
+    CELERY_BROKER_TRANSPORT = "project.broker:FilesystemTransport"
 else:
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         # A retry countdown is held unacknowledged by a worker until it is due; Redis
@@ -201,6 +209,8 @@ CONVEYOR_SWEEPER_GRACE = env.duration("CONVEYOR_SWEEPER_GRACE", "1m")
 CONVEYOR_PURGE_INTERVAL = env.duration("CONVEYOR_PURGE_INTERVAL", "1h")
 CONVEYOR_PURGE_COMPLETED_RETENTION = env.duration("CONVEYOR_PURGE_COMPLETED_RETENTION", "7d")
 CONVEYOR_PURGE_DEAD_RETENTION = env.duration("CONVEYOR_PURGE_DEAD_RETENTION", "30d")
+# Maintenance run records (jobs.MaintenanceRun) older than this go; each runner's latest stays.
+CONVEYOR_MAINTENANCE_RETENTION = env.duration("CONVEYOR_MAINTENANCE_RETENTION", "7d")
 CONVEYOR_WORKSPACE_FETCH_INTERVAL = env.duration("CONVEYOR_WORKSPACE_FETCH_INTERVAL", "5m")
 # How often beat ends deployments whose approval timed out (CONVEYOR_APPROVAL_TIMEOUT).
 CONVEYOR_APPROVAL_EXPIRY_INTERVAL = env.duration("CONVEYOR_APPROVAL_EXPIRY_INTERVAL", "1m")

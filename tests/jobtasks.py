@@ -141,3 +141,14 @@ def awkward_task(ctx: JobContext):
     if mode == "not_json":
         return {1, 2}
     return "x" * ctx.payload.get("size", 0)
+
+
+@shared_task(name="maintenance.tests_broken", ignore_result=True)
+def broken_runner(force: bool = False) -> dict:
+    """A maintenance runner that always raises, run through jobs.maintenance.runs."""
+    from jobs.maintenance import runs
+
+    def explode():
+        raise ZeroDivisionError("this runner is broken on purpose")
+
+    return runs.run_task("tests_broken", explode, force=force)

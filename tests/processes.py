@@ -217,3 +217,46 @@ class RedisServer:
         if self.process and self.process.poll() is None:
             self.process.kill()
             self.process.wait(timeout=10)
+
+
+class Beat:
+    """A ``celery beat`` subprocess on django-celery-beat's DatabaseScheduler."""
+
+    def __init__(self, env: dict, *, name: str | None = None) -> None:
+        self.name = name or f"beat-{uuid.uuid4().hex[:8]}"
+        self.log_path = Path(tempfile.mkstemp(prefix=f"{self.name}-", suffix=".log")[1])
+        self._log = self.log_path.open("wb")
+        self.process = subprocess.Popen(
+            [PYTHON, "-m", "celery", "-A", "project", "beat", "--loglevel", "INFO"]
+            + ["--max-interval", "1", "--pidfile", ""],
+            cwd=ROOT,
+            env=env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        wait_until(self._started, timeout=60, interval=0.2, message=f"{self.name} to start")
+
+    def _started(self) -> bool:
+        if self.process.poll() is not None:
+            raise AssertionError(f"{self.name} exited early:\n{self.text()[-3000:]}")
+        return "beat: Starting" in self.text()
+
+    def text(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def sent(self, task: str) -> int:
+        """How many times this beat sent ``task``."""
+        return sum(
+            1 for line in self.text().splitlines() if "Sending due task" in line and task in line
+        )
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
+        self._log.close()

@@ -24,6 +24,8 @@ from datetime import timedelta
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
+from project.env import at_least
+
 # How long a rotated-out secret keeps signing deliveries next to the new one.
 SECRET_OVERLAP = timedelta(hours=24)
 # How much of a receiver's response body an attempt keeps.
@@ -85,8 +87,7 @@ def validate() -> None:
         raise ImproperlyConfigured("CONVEYOR_WEBHOOK_TIMEOUT must be above zero")
     if conf.backoff < 1:
         raise ImproperlyConfigured("CONVEYOR_WEBHOOK_BACKOFF must be at least 1s")
-    if conf.retention < MIN_RETENTION:
-        raise ImproperlyConfigured("CONVEYOR_WEBHOOK_RETENTION must be at least 1h")
+    at_least("CONVEYOR_WEBHOOK_RETENTION", conf.retention, MIN_RETENTION)
     # Principle 4: a delay held by a worker must stay below the broker's redelivery horizon.
     ceiling = settings.CONVEYOR_RETRY_BACKOFF_MAX
     for name, value in (

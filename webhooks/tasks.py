@@ -11,6 +11,7 @@ wait on receivers, so they spread over a thread pool rather than queue behind ea
 from celery import shared_task
 
 from jobs import Permanent, RetryAfter
+from jobs.maintenance import runs
 from jobs.task import JobContext, JobTask
 from webhooks import conf
 from webhooks.delivery import delivery_attempt
@@ -51,6 +52,6 @@ def deliver(ctx: JobContext):
 
 
 @shared_task(name="maintenance.purge_webhooks", ignore_result=True)
-def purge_webhooks() -> dict:
+def purge_webhooks(force: bool = False) -> dict:
     """Delete finished deliveries and orphaned events past retention (webhooks.maintenance)."""
-    return vars(purge())
+    return runs.run_task("purge_webhooks", purge, force=force)

@@ -1,10 +1,13 @@
 """Conveyor on its embedded defaults (SQLite + filesystem broker) and on PostgreSQL + Redis."""
 
+import fcntl
 import json
 import os
+import pty
 import re
-import signal
 import subprocess
+import termios
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -102,15 +105,23 @@ def test_make_run_serves_deploys_and_stops_cleanly(tmp_path):
     port = free_port()
     env["PORT"] = str(port)
     log_path = tmp_path / "make-run.log"
+    terminal, tty = pty.openpty()  # a terminal of its own, so Ctrl-C can be typed into it
+
+    def own_terminal() -> None:
+        os.setsid()
+        fcntl.ioctl(tty, termios.TIOCSCTTY, 0)
+
     with log_path.open("wb") as log:
         stack = subprocess.Popen(
             ["make", "run"],
             cwd=ROOT,
             env=env,
+            stdin=tty,
             stdout=log,
             stderr=subprocess.STDOUT,
-            start_new_session=True,
+            preexec_fn=own_terminal,
         )
+    os.close(tty)
     try:
         status, body = wait_until(
             lambda: http(port, "/healthz"), timeout=180, interval=0.5, message="/healthz"
@@ -153,8 +164,18 @@ def test_make_run_serves_deploys_and_stops_cleanly(tmp_path):
         for program in (b"gunicorn", b"worker", b"beat"):
             assert any(program in command for command in commands), program
     finally:
-        os.killpg(stack.pid, signal.SIGINT)  # what Ctrl-C in the terminal sends
-        stack.wait(timeout=60)
+        stopping = time.monotonic()
+        os.write(terminal, b"\x03")  # Ctrl-C, typed into make run's terminal
+        status = stack.wait(timeout=60)
+        stop_seconds = time.monotonic() - stopping
+        os.close(terminal)
     wait_until(
         lambda: not [pid for pid in tree if alive(pid)], timeout=30, message="every process to exit"
     )
+    # Idle: every process ends on its own within a few seconds, cleanly, nothing SIGKILLed.
+    output = log_path.read_text()
+    assert status == 0, output[-3000:]
+    assert stop_seconds < 10, stop_seconds
+    assert "SIGKILL" not in output and "still running after" not in output
+    for program in ("web", "worker", "deployer", "beat"):
+        assert f"{program} stopped (rc=0)" in output, output[-3000:]

@@ -62,7 +62,7 @@ def test_the_environment_selects_postgresql_and_redis(tmp_path):
 def test_a_bad_database_url_fails_with_a_clear_error(tmp_path):
     out = probe(tmp_path, DATABASE_URL="notadb://whatever")
     assert out.returncode != 0
-    assert "DATABASE_URL is not a usable database URL" in out.stderr
+    assert "DATABASE_URL: 'notadb://whatever' is not a usable database URL" in out.stderr
 
 
 def test_a_bad_duration_names_the_variable(tmp_path):

@@ -77,3 +77,11 @@ def test_a_deployment_mid_step_fails_with_worker_shutdown_and_leaves_no_process(
     assert "the worker shut down in step 'long'" in log_text(done)
     worker.process.wait(timeout=30)
     assert Job.objects.get(pk=done.job_id).status == S.SUCCEEDED  # the runner ended it itself
+
+
+def test_sigterm_stops_an_idle_worker_at_once(start_worker):
+    worker = start_worker(queues="default", concurrency=1)
+    stopping = sigterm(worker)
+    assert worker.process.wait(timeout=30) == 0
+    assert time.monotonic() - stopping < 5
+    assert "worker.shutdown_grace_over" not in worker.text()  # nothing running: no grace

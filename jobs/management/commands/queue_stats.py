@@ -25,3 +25,22 @@ class Command(BaseCommand):
             )
         age = stats["oldest_queued_age_seconds"]
         self.stdout.write(f"oldest queued job: {'none' if age is None else f'{age:.1f}s'}")
+        for runner in stats["maintenance"]:
+            self.stdout.write(f"maintenance {runner['runner']:<22} {_describe(runner)}")
+
+
+def _describe(runner: dict) -> str:
+    """One line: last completed run, its counts or error, and a flag when overdue."""
+    if not runner["enabled"]:
+        state = "disabled"
+    elif runner["last_run_at"] is None:
+        state = "never ran"
+    else:
+        state = f"last run {runner['last_run_at']:%Y-%m-%d %H:%M:%S} ({runner['duration_ms']} ms)"
+        if runner["error"]:
+            state += f" FAILED: {runner['error'][:120]}"
+        else:
+            state += " " + " ".join(f"{k}={v}" for k, v in (runner["counts"] or {}).items())
+    if runner["overdue"]:
+        state += "  OVERDUE: no run within 3 intervals (beat not running?)"
+    return state
