@@ -29,7 +29,7 @@ from django.db import close_old_connections
 
 logger = logging.getLogger("jobs")
 _requested = threading.Event()
-_state = {"in_body": False, "cooperative": False}
+_state = {"in_body": False, "cooperative": False, "child": None, "sigterm_installed": None}
 # After the children were asked, how long before the main process hands back what is left.
 SETTLE_SECONDS = 5.0
 
@@ -50,6 +50,10 @@ class running_body:  # noqa: N801 - used as a context manager around a body
         self.cooperative = cooperative
 
     def __enter__(self):
+        pid = os.getpid()
+        # Only in a prefork pool child: a worker's main process keeps Celery's handlers.
+        if _state["child"] == pid and _state["sigterm_installed"] != pid:
+            _defer_sigterm()
         _state.update(in_body=True, cooperative=self.cooperative)
         if _requested.is_set() and not self.cooperative:
             raise WorkerShutdown("the worker is shutting down")
@@ -67,7 +71,31 @@ def _on_request(signum, frame) -> None:
 
 @signals.worker_process_init.connect
 def _install_in_child(**kwargs) -> None:
+    _state["child"] = os.getpid()
     signal.signal(signal.SIGUSR2, _on_request)
+
+
+def _defer_sigterm() -> None:
+    """In a pool child, a SIGTERM that arrives during a body waits for the main process.
+
+    A process manager that signals the worker's whole process group (honcho, systemd's
+    default KillMode) reaches the pool children too, and billiard would end the body with
+    ``SystemExit`` at once; the grace and the hand-back belong to the main process instead.
+    Between bodies, the child stops as billiard means it to. Installed at the first body,
+    after billiard has set its own handlers.
+    """
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def on_sigterm(signum, frame) -> None:
+        if _state["in_body"]:
+            return
+        if callable(previous):
+            previous(signum, frame)
+        else:
+            raise SystemExit(-(256 - signum))
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    _state["sigterm_installed"] = os.getpid()
 
 
 @signals.worker_shutting_down.connect

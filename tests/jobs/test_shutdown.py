@@ -1,6 +1,7 @@
 """Graceful shutdown: SIGTERM lets running jobs finish within CONVEYOR_SHUTDOWN_GRACE, then
 hands every job still running back at once."""
 
+import os
 import signal
 import time
 
@@ -85,3 +86,17 @@ def test_sigterm_stops_an_idle_worker_at_once(start_worker):
     assert worker.process.wait(timeout=30) == 0
     assert time.monotonic() - stopping < 5
     assert "worker.shutdown_grace_over" not in worker.text()  # nothing running: no grace
+
+
+def test_sigterm_to_the_whole_process_group_still_gets_the_grace_and_the_hand_back(
+    start_worker,
+):
+    """As honcho or systemd's default KillMode do: the pool child gets SIGTERM too, and must
+    not end its job as a SystemExit failure."""
+    worker = start_worker(concurrency=1, env=GRACE)
+    job = services.enqueue("tests.record", {"sleep": 60, "first_only": True})
+    wait_for_status(job, S.RUNNING)
+    os.killpg(worker.pid, signal.SIGTERM)
+    wait_for_status(job, S.RETRYING, S.QUEUED, S.DEAD, timeout=30)
+    assert (job.status, job.reason, job.attempts) == (S.RETRYING, JobReason.WORKER_SHUTDOWN, 0)
+    worker.process.wait(timeout=30)
