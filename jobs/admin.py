@@ -61,6 +61,7 @@ class JobAdmin(admin.ModelAdmin):
     list_per_page = 50
     show_full_result_count = False  # counting millions of rows on every page load is slow
     actions = ("retry_jobs", "cancel_jobs")
+    exclude = ("attempts_history",)  # shown as a table instead of raw JSON
     readonly_fields = [f.name for f in Job._meta.fields if f.name != "attempts_history"] + [
         "attempt_history"
     ]

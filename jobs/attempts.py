@@ -39,17 +39,18 @@ def error_info(exc: BaseException | None, *, message: str | None = None) -> dict
         text = "…" + text[-TRACEBACK_LIMIT:]
     return {
         "class_path": f"{cls.__module__}.{cls.__qualname__}",
-        "message": storable(message if message is not None else _text(exc))[:MESSAGE_LIMIT],
+        "message": storable(message if message is not None else error_text(exc))[:MESSAGE_LIMIT],
         "traceback": storable(text),
     }
 
 
 def storable(text: str) -> str:
-    """``text`` as PostgreSQL can store it: NUL characters are shown as ``\\x00``."""
+    """``text`` as a database can store it: NUL and lone surrogates shown escaped."""
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
     return text.replace("\x00", "\\x00")
 
 
-def _text(exc: BaseException) -> str:
+def error_text(exc: BaseException) -> str:
     try:
         return str(exc)
     except Exception:  # an exception whose __str__ raises must still be recorded

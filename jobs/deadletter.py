@@ -7,6 +7,8 @@ worker's parent process, and has already acknowledged the message, so the broker
 deliver it again. Here every job of that message is recovered at once: the one the child was
 running goes through jobs.outcome (retrying, or dead once its attempts are spent; the attempt
 was counted at claim), and the ones of a batch it had not reached yet are published again.
+The same happens for an error raised outside a body in the process itself (a claim or a
+completion whose statement failed): the run it held ends with that error.
 """
 
 import logging
@@ -20,7 +22,7 @@ from django.utils import timezone
 from jobs import outcome
 from jobs.models import PENDING, Job, JobStatus
 from jobs.publish import publish
-from jobs.task import JobTask
+from jobs.task import JobTask, worker_id
 
 logger = logging.getLogger("jobs")
 _node = {"name": ""}
@@ -34,33 +36,37 @@ def _remember_node_name(sender=None, **kwargs) -> None:
 
 @signals.task_failure.connect
 def on_task_failure(sender=None, task_id=None, exception=None, args=None, **kwargs) -> None:
-    """Recover the jobs of a message whose pool child was lost or hit its hard time limit."""
+    """Recover the jobs of a message that failed outside its bodies (see the module doc)."""
     if not isinstance(sender, JobTask) or not args:
         return
-    if isinstance(exception, TimeLimitExceeded):
-        kind = outcome.Happened.TIME_LIMIT
-    elif isinstance(exception, WorkerLostError):
-        kind = outcome.Happened.WORKER_LOST
-    else:  # raised outside a body (a claim that failed): the sweeper re-sends the job
-        logger.warning(
-            "job.task_error", extra={"task": sender.name, "error": repr(exception)[:300]}
-        )
-        return
     close_old_connections()
-    ids = args[0] if isinstance(args[0], list) else [args[0]]
-    recover_message(sender, [int(i) for i in ids], kind=kind, exc=exception)
+    ids = _ids(args[0])
+    if isinstance(exception, TimeLimitExceeded | WorkerLostError):  # in the worker's parent
+        kind = (
+            outcome.Happened.TIME_LIMIT
+            if isinstance(exception, TimeLimitExceeded)
+            else outcome.Happened.WORKER_LOST
+        )
+        node = _node["name"] or getattr(sender.request, "hostname", "") or ""
+        event = outcome.Event.lost(kind, f"{type(exception).__name__}: {exception}", exception)
+        recover_message(sender, ids, event, Q(locked_by__startswith=f"{node}/"))
+        return
+    # Raised in this process outside a body (a claim or a completion that failed): end the
+    # run this process held with that error, and send the rest of the message again.
+    logger.warning("job.task_error", extra={"task": sender.name, "error": repr(exception)[:300]})
+    recover_message(sender, ids, outcome.Event.raised(exception), Q(locked_by=worker_id(sender)))
 
 
-def recover_message(task: JobTask, job_ids: list[int], *, kind, exc=None) -> None:
+def _ids(value) -> list[int]:
+    values = value if isinstance(value, list) else [value]
+    return [v for v in values if isinstance(v, int) and not isinstance(v, bool) and 0 < v < 2**63]
+
+
+def recover_message(task: JobTask, job_ids: list[int], event, held_here: Q) -> None:
     """End the run this worker held among ``job_ids``; publish the unclaimed ones again."""
-    node = _node["name"] or getattr(task.request, "hostname", "") or ""
-    running = Job.objects.filter(
-        pk__in=job_ids, status=JobStatus.RUNNING, locked_by__startswith=f"{node}/"
-    )
-    message = f"{exc.__class__.__name__}: {exc}" if exc is not None else kind.value
+    running = Job.objects.filter(held_here, pk__in=job_ids, status=JobStatus.RUNNING)
     for job in running:
-        decision = outcome.decide(outcome.Event.lost(kind, message, exc), job, task)
-        outcome.apply(decision, job, where=Q(status=JobStatus.RUNNING))
+        outcome.apply(outcome.decide(event, job, task), job, where=Q(status=JobStatus.RUNNING))
     due = Q(pk__in=job_ids, status__in=PENDING, run_after__lte=timezone.now())
     waiting = list(Job.objects.filter(due))
     if waiting:

@@ -5,12 +5,23 @@ class Permanent(Exception):  # noqa: N818 - the name reads as the decision it ca
     """Raise from a job body to fail it for good: no retry, straight to ``dead``."""
 
 
+# The longest a job may be put off by Snooze or RetryAfter (a longer or non-finite value is cut).
+MAX_DELAY_SECONDS = 366 * 24 * 3600.0
+
+
+def _delay(seconds) -> float:
+    seconds = float(seconds)
+    if seconds != seconds:  # NaN
+        return 0.0
+    return min(max(0.0, seconds), MAX_DELAY_SECONDS)
+
+
 class Snooze(Exception):  # noqa: N818
     """Raise from a job body to run it again in ``seconds`` without using an attempt."""
 
     def __init__(self, seconds: float, reason: str = "") -> None:
         super().__init__(reason or f"snoozed for {seconds}s")
-        self.seconds = max(0.0, float(seconds))
+        self.seconds = _delay(seconds)
 
 
 class IllegalTransition(Exception):
@@ -30,4 +41,4 @@ class RetryAfter(Exception):  # noqa: N818
 
     def __init__(self, message: str = "", *, seconds: float | None = None) -> None:
         super().__init__(message)
-        self.seconds = None if seconds is None else max(0.0, float(seconds))
+        self.seconds = None if seconds is None else _delay(seconds)

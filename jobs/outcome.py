@@ -31,6 +31,7 @@ published once the change commits; a dead job gets its dead letter in the same t
 """
 
 import enum
+import json
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -118,7 +119,8 @@ def decide(event: Event, job: Job, task=None, *, now: datetime | None = None) ->
     exc = event.exc
     error = attempts.error_info(exc, message=event.message)
     if job.cancel_requested_at is not None:
-        return Decision(S.CANCELLED, R.CANCELLED, error=error)
+        result = event.result if event.kind is Happened.RETURNED else None
+        return Decision(S.CANCELLED, R.CANCELLED, error=error, result=result)
     if event.kind is Happened.RETURNED:
         return Decision(S.SUCCEEDED, result=event.result)
     if event.kind is Happened.WORKER_SHUTDOWN:
@@ -133,6 +135,12 @@ def decide(event: Event, job: Job, task=None, *, now: datetime | None = None) ->
     if job.attempts >= job.max_attempts:
         return Decision(S.DEAD, R.EXHAUSTED if reason == R.ERROR else reason, error=error)
     return Decision(S.RETRYING, reason, run_after=now + _delay(exc, job, task), error=error)
+
+
+def unrecordable(exc: BaseException) -> Decision:
+    """The decision for a run whose own ending could not be recorded: dead, with why."""
+    message = f"the run's end could not be recorded: {attempts.error_text(exc)}"
+    return Decision(S.DEAD, R.PERMANENT, error=attempts.error_info(exc, message=message))
 
 
 def _task(name: str):
@@ -171,8 +179,12 @@ def apply(decision: Decision, job: Job, *, where: Q | None = None) -> Job | None
     nothing is changed. ``where`` narrows the guard further (the reaper: lease still expired).
     """
     if decision.status == S.SUCCEEDED:  # the hot path's fixed statement; result is JSON text
-        return job if statements.complete(job, decision.result) else None
+        if statements.complete(job, decision.result):
+            return job
+        return cancelled_meanwhile(decision, job, where)
     guard = this_run(job) & (where or Q())
+    if decision.status != S.CANCELLED:  # a cancel asked for meanwhile wins (see below)
+        guard &= Q(cancel_requested_at__isnull=True)
     now = timezone.now()
     changes = {"reason": decision.reason, "locked_by": ""}
     if decision.recorded:
@@ -181,6 +193,8 @@ def apply(decision: Decision, job: Job, *, where: Q | None = None) -> Job | None
         )
     if decision.error is not None:
         changes["last_error"] = attempts.describe(decision.error)[:MAX_ERROR_LENGTH]
+    if decision.status == S.CANCELLED and decision.result is not None:
+        changes["result"] = json.loads(decision.result)  # the body returned before it heard
     if decision.status == S.RETRYING:
         changes.update(run_after=decision.run_after, lease_expires_at=None, published_at=now)
         if decision.refund:
@@ -188,11 +202,26 @@ def apply(decision: Decision, job: Job, *, where: Q | None = None) -> Job | None
     with transaction.atomic():
         moved = transition(guard, decision.status, from_=[S.RUNNING], **changes)
         if not moved:
-            log_job("job.outcome_lost", job, status=decision.status, reason=decision.reason)
-            return None
+            return cancelled_meanwhile(decision, job, where)
         done = moved[0]
         _announce(done, decision)
     return done
+
+
+def cancelled_meanwhile(decision: Decision, job: Job, where: Q | None) -> Job | None:
+    """End the run ``cancelled`` if a cancel was asked for since it was claimed, else None.
+
+    A cancel request reaches a running body only through its lease keeper or a heartbeat,
+    so the run's end may be decided before the body heard of it; the guarded UPDATE then
+    finds ``cancel_requested_at`` set, and the run ends cancelled after all, never retried.
+    """
+    fresh = Job.objects.filter(this_run(job) & (where or Q()), status=S.RUNNING).first()
+    if fresh is None or fresh.cancel_requested_at is None:
+        log_job("job.outcome_lost", job, status=decision.status, reason=decision.reason)
+        return None
+    result = decision.result if decision.status == S.SUCCEEDED else None
+    cancelled = Decision(S.CANCELLED, R.CANCELLED, error=decision.error, result=result)
+    return apply(cancelled, fresh, where=where)
 
 
 def _announce(job: Job, decision: Decision) -> None:

@@ -29,14 +29,15 @@ CLAIM_CLOCK_SKEW = timedelta(seconds=1)
 _CLAIM = f"""
 UPDATE {TABLE} SET status = '{S.RUNNING}', attempts = attempts + 1, lease_expires_at = %s,
     locked_by = %s, publish_count = 0, updated_at = %s, started_at = %s
-WHERE id = %s AND status IN ('{S.QUEUED}', '{S.RETRYING}') AND run_after <= %s
+WHERE id = %s AND task = %s AND status IN ('{S.QUEUED}', '{S.RETRYING}') AND run_after <= %s
     AND cancel_requested_at IS NULL
 RETURNING {COLUMNS}"""
 
 _COMPLETE = f"""
 UPDATE {TABLE} SET status = '{S.SUCCEEDED}', result = {{json}}, locked_by = '', reason = '',
     lease_expires_at = NULL, updated_at = %s, finished_at = %s, attempts_history = {{append}}
-WHERE id = %s AND attempts = %s AND locked_by = %s AND status = '{S.RUNNING}'"""
+WHERE id = %s AND attempts = %s AND locked_by = %s AND status = '{S.RUNNING}'
+    AND cancel_requested_at IS NULL"""
 
 _APPEND = {
     "postgresql": (
@@ -89,10 +90,10 @@ def _job(row) -> Job:
     return Job.from_db("default", NAMES, values)
 
 
-def _claim_params(job_id: int, worker: str, now) -> list:
+def _claim_params(job_id: int, task: str, worker: str, now) -> list:
     when = connection.ops.adapt_datetimefield_value
     lease = now + conf.get().lease_timeout
-    return [when(lease), worker, when(now), when(now), job_id, when(now + CLAIM_CLOCK_SKEW)]
+    return [when(lease), worker, when(now), when(now), job_id, task, when(now + CLAIM_CLOCK_SKEW)]
 
 
 def _complete_params(job: Job, encoded: str, now) -> list:
@@ -100,10 +101,10 @@ def _complete_params(job: Job, encoded: str, now) -> list:
     return [encoded, when(now), when(now), when(now), job.pk, job.attempts, job.locked_by]
 
 
-def claim(job_id: int, *, worker: str) -> Job | None:
-    """Claim a due job for ``worker``; None if it is not claimable."""
+def claim(job_id: int, *, task: str, worker: str) -> Job | None:
+    """Claim a due job of ``task`` for ``worker``; None if it is not claimable."""
     with connection.cursor() as cursor:
-        cursor.execute(_CLAIM, _claim_params(job_id, worker, timezone.now()))
+        cursor.execute(_CLAIM, _claim_params(job_id, task, worker, timezone.now()))
         row = cursor.fetchone()
     return _job(row) if row else None
 
@@ -116,17 +117,19 @@ def complete(job: Job, encoded: str) -> bool:
         return cursor.rowcount == 1
 
 
-def complete_and_claim(done: Job | None, encoded: str | None, job_id: int, *, worker: str):
+def complete_and_claim(
+    done: Job | None, encoded: str | None, job_id: int, *, task: str, worker: str
+):
     """Complete ``done``'s run (if any) and claim ``job_id``: one statement on PostgreSQL.
 
     Return ``(completed, claimed job or None)``.
     """
     if done is None:
-        return False, claim(job_id, worker=worker)
+        return False, claim(job_id, task=task, worker=worker)
     if connection.vendor != "postgresql":
-        return complete(done, encoded), claim(job_id, worker=worker)
+        return complete(done, encoded), claim(job_id, task=task, worker=worker)
     now = timezone.now()
-    params = _complete_params(done, encoded, now) + _claim_params(job_id, worker, now)
+    params = _complete_params(done, encoded, now) + _claim_params(job_id, task, worker, now)
     with connection.cursor() as cursor:
         cursor.execute(_complete_and_claim_sql(connection.vendor), params)
         row = cursor.fetchone()

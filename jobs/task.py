@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from celery import Task
 from django.conf import settings
-from django.db import InterfaceError, OperationalError, connection
+from django.db import DatabaseError, InterfaceError, OperationalError, connection
 from django.utils import timezone
 
 from jobs import conf, outcome, services, shutdown, statements
@@ -90,34 +90,31 @@ class JobTask(Task):
     def __call__(self, job_ids, *args, **kwargs):
         worker = worker_id(self)
         if not isinstance(job_ids, list):
-            job = _claim(int(job_ids), worker=worker)
+            job = _claim(_job_id(job_ids), task=self.name, worker=worker)
             if job is None:
                 return _dropped(self, job_ids)
             done = self._run_job(job)
-            if done is not None and _complete(*done):
-                self.run_ended(done[0])
+            if done is not None:
+                self._complete(*done)
             return None
         done = None  # a success whose completion rides on the next claim
-        ids = list(dict.fromkeys(int(i) for i in job_ids))
+        ids = list(dict.fromkeys(_job_id(i) for i in job_ids))
         for position, job_id in enumerate(ids):
             if shutdown.requested():  # leave the rest to other workers, at once
                 _republish(ids[position:])
                 break
             completed, job = statements.complete_and_claim(
-                *(done or (None, None)), job_id, worker=worker
+                *(done or (None, None)), job_id, task=self.name, worker=worker
             )
-            if done is not None and completed:
-                _succeeded(done[0])
-                self.run_ended(done[0])
-            elif done is not None:
-                services.log_job("job.complete_lost", done[0])
+            if done is not None:
+                self._completed(*done) if completed else self._complete_refused(*done)
             done = None
             if job is None:
                 _dropped(self, job_id)
                 continue
             done = self._run_job(job)
-        if done is not None and _complete(*done):
-            self.run_ended(done[0])
+        if done is not None:
+            self._complete(*done)
         return None
 
     def run_ended(self, job: Job) -> None:
@@ -140,13 +137,36 @@ class JobTask(Task):
             self.request.job_context = None
         if ctx.cancel_requested and job.cancel_requested_at is None:
             job.cancel_requested_at = timezone.now()  # seen by the lease keeper or a heartbeat
-        decision = outcome.decide(event, job, self)
-        if decision.status == outcome.S.SUCCEEDED:
-            return job, decision.result
-        ended = outcome.apply(decision, job)
+        try:
+            decision = outcome.decide(event, job, self)
+            if decision.status == outcome.S.SUCCEEDED:
+                return job, decision.result
+            ended = outcome.apply(decision, job)
+        except DatabaseError:
+            raise  # the database is away: the lease runs out and the reaper takes over
+        except Exception as exc:  # the ending itself could not be recorded: say why, for good
+            ended = outcome.apply(outcome.unrecordable(exc), job)
         if ended is not None:
             self.run_ended(ended)
         return None
+
+    def _complete(self, job: Job, encoded: str) -> None:
+        if statements.complete(job, encoded):
+            self._completed(job, encoded)
+        else:
+            self._complete_refused(job, encoded)
+
+    def _completed(self, job: Job, encoded: str) -> None:
+        if conf.get().log_success:
+            services.log_job("job.succeeded", job)
+        self.run_ended(job)
+
+    def _complete_refused(self, job: Job, encoded: str) -> None:
+        """The success was not written: cancelled meanwhile (then it ends so), or taken away."""
+        decision = outcome.Decision(outcome.S.SUCCEEDED, result=encoded)
+        ended = outcome.cancelled_meanwhile(decision, job, None)
+        if ended is not None:
+            self.run_ended(ended)
 
     def retry(
         self,
@@ -170,34 +190,29 @@ _NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 def _encode(result) -> str:
     """The body's return value as JSON text; Permanent if it cannot be stored."""
     try:
-        encoded = json.dumps(result)
-    except (TypeError, ValueError) as exc:
+        encoded = json.dumps(result, allow_nan=False, ensure_ascii=False)
+        encoded.encode("utf-8")  # a lone surrogate cannot be stored
+    except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
         raise Permanent(f"the job's result cannot be stored as JSON: {exc}") from exc
     if "\\u0000" in encoded and _NUL.search(encoded):
         raise Permanent("the job's result contains a NUL character, which cannot be stored")
     return encoded
 
 
-def _claim(job_id: int, *, worker: str) -> Job | None:
+def _job_id(value) -> int:
+    """A message's job id; anything but a positive integer is refused (and logged)."""
+    if isinstance(value, int) and not isinstance(value, bool) and 0 < value < 2**63:
+        return value
+    raise ValueError(f"not a job id: {value!r}")
+
+
+def _claim(job_id: int, *, task: str, worker: str) -> Job | None:
     """Claim, reconnecting once if the reused connection died (a database restart)."""
     try:
-        return statements.claim(job_id, worker=worker)
+        return statements.claim(job_id, task=task, worker=worker)
     except (OperationalError, InterfaceError):
         connection.close()
-        return statements.claim(job_id, worker=worker)
-
-
-def _complete(job: Job, encoded: str) -> bool:
-    if not statements.complete(job, encoded):
-        services.log_job("job.complete_lost", job)
-        return False
-    _succeeded(job)
-    return True
-
-
-def _succeeded(job: Job) -> None:
-    if conf.get().log_success:
-        services.log_job("job.succeeded", job)
+        return statements.claim(job_id, task=task, worker=worker)
 
 
 def _republish(job_ids: list[int]) -> None:

@@ -74,7 +74,7 @@ def boolean(name: str, default: bool) -> bool:
     raise ImproperlyConfigured(f"{name}: {raw!r} is not a boolean (use true or false)")
 
 
-def integer(name: str, default: int, *, minimum: int = 0) -> int:
+def integer(name: str, default: int, *, minimum: int = 0, maximum: int | None = None) -> int:
     """Return the integer in environment variable ``name``, else ``default``."""
     _declared.add(name)
     raw = os.environ.get(name)
@@ -86,6 +86,8 @@ def integer(name: str, default: int, *, minimum: int = 0) -> int:
         raise ImproperlyConfigured(f"{name}: {raw!r} is not an integer") from None
     if value < minimum:
         raise ImproperlyConfigured(f"{name}: {value} is below the minimum of {minimum}")
+    if maximum is not None and value > maximum:
+        raise ImproperlyConfigured(f"{name}: {value} is above the maximum of {maximum}")
     return value
 
 

@@ -198,7 +198,7 @@ CONVEYOR_JOB_LEASE_TIMEOUT = env.duration("CONVEYOR_JOB_LEASE_TIMEOUT", "5m")
 CONVEYOR_JOB_MAX_ATTEMPTS = env.integer("CONVEYOR_JOB_MAX_ATTEMPTS", 5, minimum=1)
 # Job ids per broker message when many jobs of one task are published at once (enqueue_many,
 # webhook fan-out, the sweeper); 1 turns batching off.
-CONVEYOR_BATCH_SIZE = env.integer("CONVEYOR_BATCH_SIZE", 25, minimum=1)
+CONVEYOR_BATCH_SIZE = env.integer("CONVEYOR_BATCH_SIZE", 25, minimum=1, maximum=500)
 # On SIGTERM, how long running jobs may finish before the worker hands them back (jobs.shutdown).
 CONVEYOR_SHUTDOWN_GRACE = env.duration("CONVEYOR_SHUTDOWN_GRACE", "30s")
 # Log one ``job.succeeded`` line per successful job (off: the success path stays quiet).

@@ -140,6 +140,21 @@ def awkward_task(ctx: JobContext):
         return {"text": "bad\x00byte"}
     if mode == "not_json":
         return {1, 2}
+    if mode == "nan_result":
+        return {"x": float("nan")}
+    if mode == "surrogate_result":
+        return "bad\udcffbyte"
+    if mode == "surrogate_error":
+        raise ValueError("bad\udcffbyte")
+    if mode == "snooze_forever":
+        raise Snooze(float("inf"))
+    if mode in ("cancel_then_return", "cancel_then_raise"):
+        from jobs.services import job_cancel
+
+        job_cancel(ctx.job.pk, actor="operator")  # arrives while the body runs
+        if mode == "cancel_then_raise":
+            raise ConnectionError("failed after the cancel")
+        return "finished anyway"
     return "x" * ctx.payload.get("size", 0)
 
 

@@ -22,6 +22,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from jobs.attempts import storable
 from jobs.models import Job
 from webhooks import conf, ssrf, statements, transport
 from webhooks.errors import UnsafeURL
@@ -194,7 +195,7 @@ def _record(outgoing: Outgoing, *, job: Job, started, result, response, address)
         address=str(address) if address is not None else None,
         status_code=result.status_code,
         latency_ms=response.latency_ms if response else None,
-        response_body=response.body.decode("utf-8", "replace") if response else "",
+        response_body=storable(response.body.decode("utf-8", "replace")) if response else "",
         error=result.error,
         outcome=result.outcome,
     )

@@ -17,14 +17,22 @@ def _task_defaults(task) -> tuple[str, str | None, int | None]:
 
     name = task if isinstance(task, str) else task.name
     registered = app.tasks.get(name)
+    if registered is None:  # a web process has not imported the apps' tasks.py modules yet
+        app.loader.import_default_modules()
+        registered = app.tasks.get(name)
     if registered is None:
-        raise ValueError(f"unknown task {name!r}: it is not registered with Celery")
+        raise ValueError(
+            f"unknown task {name!r}: it is not registered with Celery (define it in the "
+            "tasks.py of an app in INSTALLED_APPS)"
+        )
     return name, getattr(registered, "queue", None), getattr(registered, "job_max_attempts", None)
 
 
 def _new_job(
     task, payload, *, queue, priority, run_after, max_attempts, idempotency_key, now
 ) -> Job:
+    if payload is not None and not isinstance(payload, dict):
+        raise ValueError(f"a job's payload is a dict, not {type(payload).__name__}")
     name, task_queue, task_max_attempts = _task_defaults(task)
     return Job(
         task=name,
@@ -103,6 +111,8 @@ def enqueue_many(
         idempotency_key=None,
         now=now,
     )
+    if not all(isinstance(payload, dict) for payload in payloads):
+        raise ValueError("every job's payload is a dict")
     jobs = [
         Job(
             task=template.task,

@@ -5,7 +5,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from jobs.errors import IllegalTransition, JobNotFound
-from jobs.models import PENDING, AuditLog, Job
+from jobs.models import PENDING, AuditLog, Job, JobReason
 from jobs.publish import publish_on_commit
 from jobs.services.base import S, log_job
 from jobs.signals import job_cancelled
@@ -19,7 +19,7 @@ def job_cancel(job_id: int, *, actor: str) -> Job:
     owns the job (deployments) can follow.
     """
     with transaction.atomic():
-        moved = transition(Q(pk=job_id), S.CANCELLED, from_=PENDING)
+        moved = transition(Q(pk=job_id), S.CANCELLED, from_=PENDING, reason=JobReason.CANCELLED)
         if moved:
             job = moved[0]
             log_job("job.cancelled", job, actor=actor)

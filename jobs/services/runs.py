@@ -21,7 +21,8 @@ def job_claim(job_id: int, *, worker: str) -> Job | None:
 
     Returns None when someone else has it, it is finished, not due yet, or being cancelled.
     """
-    job = statements.claim(job_id, worker=worker)
+    task = Job.objects.filter(pk=job_id).values_list("task", flat=True).first()
+    job = statements.claim(job_id, task=task, worker=worker) if task else None
     if job is not None:
         log_job("job.claimed", job, worker=worker)
     return job

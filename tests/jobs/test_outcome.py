@@ -109,6 +109,9 @@ def test_the_success_path_is_two_statements_single_and_n_plus_one_batched():
         ("unprintable", S.RETRYING, R.ERROR, "<UnprintableError whose str() failed>"),
         ("nul_result", S.DEAD, R.PERMANENT, "the job's result contains a NUL character"),
         ("not_json", S.DEAD, R.PERMANENT, "the job's result cannot be stored as JSON"),
+        ("nan_result", S.DEAD, R.PERMANENT, "the job's result cannot be stored as JSON"),
+        ("surrogate_result", S.DEAD, R.PERMANENT, "the job's result cannot be stored as JSON"),
+        ("surrogate_error", S.RETRYING, R.ERROR, "bad\\udcffbyte"),
     ],
 )
 def test_awkward_endings_are_recorded_not_left_running(mode, status, reason, message):
@@ -119,3 +122,49 @@ def test_awkward_endings_are_recorded_not_left_running(mode, status, reason, mes
     [entry] = job.attempts_history
     assert entry["error"]["message"].startswith(message)
     assert "\x00" not in job.last_error + entry["error"]["traceback"]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("mode", "result"), [("cancel_then_return", "finished anyway"), ("cancel_then_raise", None)]
+)
+def test_a_cancel_that_arrives_while_the_body_runs_always_ends_it_cancelled(mode, result):
+    """Whatever the body then does, and whether or not it heard of the cancel."""
+    job = services.enqueue("tests.awkward", {"mode": mode}, max_attempts=5)
+    awkward_task(job.pk)
+    job.refresh_from_db()
+    assert (job.status, job.reason, job.result) == (S.CANCELLED, R.CANCELLED, result)
+    assert job.attempts_history[-1]["outcome"] == "cancelled"
+
+
+@pytest.mark.django_db
+def test_a_snooze_too_long_to_store_is_cut_to_a_year():
+    job = services.enqueue("tests.awkward", {"mode": "snooze_forever"})
+    awkward_task(job.pk)
+    job.refresh_from_db()
+    assert (job.status, job.reason, job.attempts) == (S.RETRYING, R.SNOOZED, 0)
+    assert timedelta(days=365) < job.run_after - timezone.now() <= timedelta(days=366)
+
+
+@pytest.mark.django_db
+def test_a_message_of_another_task_claims_nothing():
+    job = services.enqueue("tests.awkward", {"mode": "nan_result"})
+    noop(job.pk)  # a jobs.noop message carrying the id of a tests.awkward job
+    job.refresh_from_db()
+    assert (job.status, job.attempts) == (S.QUEUED, 0)
+
+
+@pytest.mark.django_db
+def test_one_unstorable_result_in_a_batch_ends_only_that_job():
+    modes = ["size", "nan_result", "size"]
+    ids = [services.enqueue("tests.awkward", {"mode": m}).pk for m in modes]
+    awkward_task(ids)
+    statuses = [Job.objects.get(pk=i).status for i in ids]
+    assert statuses == [S.SUCCEEDED, S.DEAD, S.SUCCEEDED]
+
+
+def test_a_payload_is_a_dict():
+    with pytest.raises(ValueError, match="payload is a dict"):
+        services.enqueue("jobs.noop", [1, 2, 3])
+    with pytest.raises(ValueError, match="payload is a dict"):
+        services.enqueue_many("jobs.noop", [{}, "x"])

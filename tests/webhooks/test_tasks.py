@@ -37,3 +37,18 @@ def test_a_successful_delivery_costs_four_sql_statements(receiver):
     assert attempt.outcome == AttemptOutcome.DELIVERED and attempt.number == 1
     assert Endpoint.objects.get(pk=endpoint.pk).consecutive_dead == 0
     assert len(receiver.received()) == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_response_body_with_a_nul_byte_is_kept_escaped_and_not_sent_again(receiver):
+    from tests.webhooks.receiver import Reply
+
+    receiver.default = Reply(200, body=b"ok\x00evil")
+    services.endpoint_create(url=receiver.url(), topics=["job.dead"])
+    (delivery,) = notify("job.dead", {"job_id": 1}).deliveries.all()
+    deliver(delivery.job_id)
+    delivery = Delivery.objects.select_related("job").get(pk=delivery.pk)
+    assert delivery.status == DeliveryStatus.DELIVERED
+    assert delivery.job.status == JobStatus.SUCCEEDED
+    assert delivery.attempts.get().response_body == "ok\\x00evil"
+    assert len(receiver.received()) == 1
