@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from celery import Task
 from django.conf import settings
-from django.db import DatabaseError, InterfaceError, OperationalError, connection
+from django.db import DatabaseError, InterfaceError, OperationalError, connection, transaction
 from django.utils import timezone
 
 from jobs import conf, outcome, services, shutdown, statements
@@ -83,6 +83,9 @@ class JobTask(Task):
     batch = True
     # Whether the body winds down by itself when its worker shuts down (jobs.shutdown).
     stops_on_shutdown = False
+    # Whether the body runs in a database transaction that also records its success, so a
+    # body whose work is in the database takes effect exactly once (keep such bodies short).
+    atomic = False
     # jobs.outcome decides retries from autoretry_for & co; this keeps Celery from also
     # wrapping run() in its own autoretry (it wraps only tasks without ``_orig_run``).
     _orig_run = None
@@ -126,15 +129,22 @@ class JobTask(Task):
         self.request.job_context = ctx
         lease = keeper()
         lease.track(ctx)
+        committed = False
         try:
-            with shutdown.running_body(self.stops_on_shutdown):
-                result = self.run(ctx)
-            event = outcome.Event.returned(_encode(result))
+            if self.atomic:
+                encoded, committed = self._run_atomic(ctx)
+            else:
+                with shutdown.running_body(self.stops_on_shutdown):
+                    encoded = _encode(self.run(ctx))
+            event = outcome.Event.returned(encoded)
         except BaseException as exc:  # noqa: BLE001 - every failure is the job's, not the pool's
             event = outcome.Event.raised(exc)
         finally:
             lease.untrack(ctx)
             self.request.job_context = None
+        if committed:
+            self._completed(job, encoded)
+            return None
         if ctx.cancel_requested and job.cancel_requested_at is None:
             job.cancel_requested_at = timezone.now()  # seen by the lease keeper or a heartbeat
         try:
@@ -149,6 +159,22 @@ class JobTask(Task):
         if ended is not None:
             self.run_ended(ended)
         return None
+
+    def _run_atomic(self, ctx: JobContext) -> tuple[str, bool]:
+        """Run the body and write its success in one transaction: both happen, or neither.
+
+        Return the encoded result and whether it was committed. A run cancelled or taken
+        away meanwhile is rolled back, the body's own writes with it.
+        """
+        try:
+            with transaction.atomic():
+                with shutdown.running_body(self.stops_on_shutdown):
+                    encoded = _encode(self.run(ctx))
+                if ctx.cancel_requested or not statements.complete(ctx.job, encoded):
+                    raise _Undo(encoded)
+        except _Undo as undo:
+            return undo.encoded, False
+        return encoded, True
 
     def _complete(self, job: Job, encoded: str) -> None:
         if statements.complete(job, encoded):
@@ -197,6 +223,14 @@ def _encode(result) -> str:
     if "\\u0000" in encoded and _NUL.search(encoded):
         raise Permanent("the job's result contains a NUL character, which cannot be stored")
     return encoded
+
+
+class _Undo(Exception):  # noqa: N818
+    """Rolls back an atomic body whose success could not be written."""
+
+    def __init__(self, encoded: str) -> None:
+        super().__init__("the run's success could not be written")
+        self.encoded = encoded
 
 
 def _job_id(value) -> int:

@@ -30,7 +30,12 @@ def django_task_queues() -> tuple[str, ...]:
     return tuple(name for name in dict.fromkeys(names) if name not in QUEUES)
 
 
-app.conf.task_queues = [Queue(name) for name in QUEUES + django_task_queues()]
+@app.on_after_configure.connect
+def _declare_queues(sender, **kwargs) -> None:
+    """Conveyor's queues and those TASKS declares: read once the settings have loaded."""
+    sender.conf.task_queues = [Queue(name) for name in QUEUES + django_task_queues()]
+
+
 app.conf.task_routes = {
     "deployments.*": {"queue": "deployments"},
     "webhooks.*": {"queue": "webhooks"},

@@ -105,10 +105,11 @@ def create_side_effects_table() -> None:
         )
 
 
-@shared_task(base=JobTask, name="tests.side_effect")
+@shared_task(base=JobTask, name="tests.side_effect", atomic=True)
 def side_effect_task(ctx: JobContext):
-    """Sleep ``payload["sleep"]`` seconds, then record the side effect as the body's last act;
-    raise on the first attempt when ``payload["fail_first"]``."""
+    """Sleep ``payload["sleep"]`` seconds, then record the side effect in the database, in the
+    transaction that records the job's success; raise on the first attempt when
+    ``payload["fail_first"]``."""
     from django.db import connection
 
     time.sleep(float(ctx.payload.get("sleep", 0)))
@@ -167,3 +168,26 @@ def broken_runner(force: bool = False) -> dict:
         raise ZeroDivisionError("this runner is broken on purpose")
 
     return runs.run_task("tests_broken", explode, force=force)
+
+
+@shared_task(base=JobTask, name="tests.atomic_then_cancelled", atomic=True)
+def atomic_then_cancelled_task(ctx: JobContext):
+    """Write in the database, then get cancelled (by an operator, on another connection)
+    before the body ends: nothing of the body's must remain."""
+    import threading
+
+    from django.db import connection
+
+    from jobs.services import job_cancel
+
+    def operator() -> None:
+        try:
+            job_cancel(ctx.job.pk, actor="operator")
+        finally:
+            connection.close()
+
+    record(ctx)
+    thread = threading.Thread(target=operator)
+    thread.start()
+    thread.join()
+    return "done"

@@ -12,7 +12,13 @@ from jobs import outcome, services
 from jobs.errors import Permanent, RetryAfter, Snooze
 from jobs.models import Job, JobReason, JobStatus
 from jobs.tasks import noop
-from tests.jobtasks import awkward_task, flaky_task
+from tests.jobtasks import (
+    SIDE_EFFECTS_TABLE,
+    awkward_task,
+    create_side_effects_table,
+    flaky_task,
+    side_effect_task,
+)
 
 S, R, H = JobStatus, JobReason, outcome.Happened
 NOW = timezone.now()
@@ -168,3 +174,24 @@ def test_a_payload_is_a_dict():
         services.enqueue("jobs.noop", [1, 2, 3])
     with pytest.raises(ValueError, match="payload is a dict"):
         services.enqueue_many("jobs.noop", [{}, "x"])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_atomic_body_takes_effect_with_its_success_or_not_at_all():
+    from jobs.models import AuditLog
+    from tests.jobtasks import atomic_then_cancelled_task
+
+    create_side_effects_table()
+    ok = services.enqueue("tests.side_effect", {})
+    side_effect_task(ok.pk)
+    ok.refresh_from_db()
+    assert ok.status == S.SUCCEEDED and ok.result == ok.pk
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT runs FROM {SIDE_EFFECTS_TABLE} WHERE job_id = %s", [ok.pk])
+        assert cursor.fetchall() == [(1,)]
+    cancelled = services.enqueue("tests.atomic_then_cancelled", {})
+    atomic_then_cancelled_task(cancelled.pk)
+    cancelled.refresh_from_db()
+    assert (cancelled.status, cancelled.reason) == (S.CANCELLED, R.CANCELLED)
+    executed = AuditLog.objects.filter(action="test.executed", target_id=str(cancelled.pk))
+    assert not executed.exists()  # the body's write went with the refused success
