@@ -9,6 +9,7 @@ from django.utils.html import format_html
 from deployments import selectors, services
 from deployments.errors import DeploymentError
 from deployments.models import Deployment, Pipeline, Project, Step, StepRun, Workspace, Worktree
+from project.admin_permissions import permission_check
 
 LOG_TAIL_BYTES = 256 * 1024
 
@@ -118,6 +119,9 @@ class DeploymentAdmin(admin.ModelAdmin):
     def has_delete_permission(self, request, obj=None) -> bool:
         return False  # history; old logs go with the log purge, the rows stay
 
+    has_run_deployment_permission = permission_check("run_deployment")
+    has_cancel_deployment_permission = permission_check("cancel_deployment")
+
     @admin.display(description="commit")
     def short_sha(self, deployment: Deployment) -> str:
         return deployment.commit_sha[:12]
@@ -142,7 +146,7 @@ class DeploymentAdmin(admin.ModelAdmin):
             page["text"],
         )
 
-    @admin.action(description="Cancel selected deployments")
+    @admin.action(description="Cancel selected deployments", permissions=["cancel_deployment"])
     def cancel_deployments(self, request, queryset) -> None:
         self._each(
             request,
@@ -151,7 +155,10 @@ class DeploymentAdmin(admin.ModelAdmin):
             lambda d: services.deployment_cancel(deployment_id=d.pk, actor=request.user.username),
         )
 
-    @admin.action(description="Retry selected deployments (as new deployments)")
+    @admin.action(
+        description="Retry selected deployments (as new deployments)",
+        permissions=["run_deployment"],
+    )
     def retry_deployments(self, request, queryset) -> None:
         self._each(
             request,

@@ -96,6 +96,10 @@ class Deployment(models.Model):
 
     class Meta:
         ordering = ["-id"]
+        permissions = [
+            ("run_deployment", "Can run a deployment again (retry)"),
+            ("cancel_deployment", "Can cancel deployments"),
+        ]
         constraints = [
             models.UniqueConstraint(
                 fields=["project", "idempotency_key"],
