@@ -49,6 +49,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django_celery_beat",
     "django_celery_results",
+    "axes",
     "jobs",
     "webhooks",
     "deployments",
@@ -64,6 +65,14 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, as axes asks: turns a locked-out attempt into project.throttling's 429.
+    "axes.middleware.AxesMiddleware",
+]
+
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",  # first: refuses a locked-out client at once
+    "django.contrib.auth.backends.ModelBackend",
+    "jobs.auth.ApiTokenBackend",
 ]
 
 ROOT_URLCONF = "project.urls"
@@ -204,6 +213,33 @@ CONVEYOR_WEBHOOK_BACKOFF_MAX = env.duration("CONVEYOR_WEBHOOK_BACKOFF_MAX", "15m
 CONVEYOR_WEBHOOK_RETRY_AFTER_MAX = env.duration("CONVEYOR_WEBHOOK_RETRY_AFTER_MAX", "15m")
 CONVEYOR_WEBHOOK_RETENTION = env.duration("CONVEYOR_WEBHOOK_RETENTION", "30d")
 CONVEYOR_WORKSPACES_DIR = Path(env.string("CONVEYOR_WORKSPACES_DIR", str(VAR_DIR / "workspaces")))
+
+# --- Security (docs/operations.md "Security") -----------------------------------------------
+# true behind a TLS-terminating proxy that sets X-Forwarded-Proto: secure cookies, HSTS.
+CONVEYOR_HTTPS = env.boolean("CONVEYOR_HTTPS", False)
+CONVEYOR_HSTS_MAX_AGE = env.duration("CONVEYOR_HSTS_MAX_AGE", "365d")
+# Failed admin logins and API authentications: this many per client address (or admin
+# username) lock it out for CONVEYOR_AUTH_LOCKOUT after the last one (project/throttling.py).
+CONVEYOR_AUTH_FAILURE_LIMIT = env.integer("CONVEYOR_AUTH_FAILURE_LIMIT", 10, minimum=1)
+CONVEYOR_AUTH_LOCKOUT = env.duration("CONVEYOR_AUTH_LOCKOUT", "15m")
+# Trusted reverse proxies in front of the web processes (the client is in X-Forwarded-For).
+CONVEYOR_PROXY_COUNT = env.integer("CONVEYOR_PROXY_COUNT", 0)
+
+AXES_HANDLER = "project.throttling.SerializedDatabaseHandler"
+AXES_FAILURE_LIMIT = CONVEYOR_AUTH_FAILURE_LIMIT
+AXES_COOLOFF_TIME = CONVEYOR_AUTH_LOCKOUT
+AXES_LOCKOUT_PARAMETERS = "project.throttling.lockout_parameters"
+AXES_CLIENT_IP_CALLABLE = "project.throttling.client_address"
+AXES_LOCKOUT_CALLABLE = "project.throttling.lockout_response"
+
+if CONVEYOR_HTTPS:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_SSL_REDIRECT = True
+    SECURE_REDIRECT_EXEMPT = [r"^healthz$"]  # probes speak plain HTTP to the process
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_HSTS_SECONDS = int(CONVEYOR_HSTS_MAX_AGE.total_seconds())
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = False  # other hosts of the domain may not speak HTTPS
 
 # --- Logging: one JSON object per line on stdout -----------------------------------------
 LOG_LEVEL = env.choice(
