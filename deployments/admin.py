@@ -10,6 +10,7 @@ from deployments import selectors, services
 from deployments.errors import DeploymentError
 from deployments.models import Deployment, Pipeline, Project, Step, StepRun, Workspace, Worktree
 from project.admin_permissions import permission_check
+from project.redaction import redact_url, url_password
 
 LOG_TAIL_BYTES = 256 * 1024
 
@@ -23,7 +24,7 @@ class PipelineInline(admin.TabularInline):
 
 @admin.register(Project)
 class ProjectAdmin(admin.ModelAdmin):
-    list_display = ("slug", "name", "repo", "concurrency_policy", "default_environment")
+    list_display = ("slug", "name", "repository", "concurrency_policy", "default_environment")
     search_fields = ("slug", "name", "repo")
     list_filter = ("concurrency_policy",)
     # Secret values are never shown; set them with apply_projects (from_env).
@@ -34,6 +35,19 @@ class ProjectAdmin(admin.ModelAdmin):
     @admin.display(description="secrets")
     def secret_names(self, project: Project) -> str:
         return ", ".join(sorted(project.secrets or {})) or "(none)"
+
+    @admin.display(description="repo", ordering="repo")
+    def repository(self, project: Project) -> str:
+        return redact_url(project.repo)
+
+    # A repo URL that carries a password is shown redacted and read-only, never in an input.
+    def get_exclude(self, request, obj=None):
+        exclude = list(super().get_exclude(request, obj) or ())
+        return [*exclude, "repo"] if obj is not None and url_password(obj.repo) else exclude
+
+    def get_readonly_fields(self, request, obj=None):
+        fields = list(super().get_readonly_fields(request, obj))
+        return [*fields, "repository"] if obj is not None and url_password(obj.repo) else fields
 
 
 class StepInline(admin.TabularInline):
@@ -196,8 +210,14 @@ class WorktreeInline(admin.TabularInline):
 
 @admin.register(Workspace)
 class WorkspaceAdmin(admin.ModelAdmin):
-    list_display = ("project", "repo", "path", "last_fetched_at", "last_fetch_error")
-    readonly_fields = ("project", "repo", "path", "last_fetched_at", "last_fetch_error")
+    list_display = ("project", "repository", "path", "last_fetched_at", "last_fetch_error")
+    readonly_fields = ("project", "repository", "path", "last_fetched_at", "last_fetch_error")
+    exclude = ("repo",)
+
+    @admin.display(description="repo")
+    def repository(self, workspace: Workspace) -> str:
+        return redact_url(workspace.repo)
+
     inlines = [WorktreeInline]
 
     def has_add_permission(self, request) -> bool:

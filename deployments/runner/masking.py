@@ -17,6 +17,8 @@ import re
 from collections.abc import Iterable
 from urllib.parse import quote, quote_plus
 
+from project.redaction import url_password
+
 MASK = b"***"
 
 
@@ -37,6 +39,13 @@ def base64_forms(secret: bytes) -> set[bytes]:
         if len(form) >= 6:
             forms.add(form)
     return forms
+
+
+def project_secrets(project) -> list[str]:
+    """Return what a project's step logs mask: its secret values and its repo URL's password."""
+    values = [str(value) for value in (project.secrets or {}).values()]
+    password = url_password(project.repo or "")
+    return [*values, password] if password else values
 
 
 _PERCENT_HEX = re.compile(r"%[0-9A-F]{2}")
