@@ -258,6 +258,8 @@ LOGGING = {
         "celery.worker.strategy": {"level": "WARNING"},
         "celery.app.trace": {"level": "WARNING"},
         "kombu.connection": {"level": "ERROR"},
+        # axes announces itself at INFO in every process (and command); failures are WARNING.
+        "axes": {"level": "WARNING"},
     },
 }
 
