@@ -10,6 +10,8 @@ from deployments import selectors, services
 from deployments.admin_environments import ApprovalAdminMixin
 from deployments.errors import DeploymentError
 from deployments.models import Deployment, Pipeline, Project, Step, StepRun, Workspace, Worktree
+from project.admin_permissions import permission_check
+from project.redaction import redact_url, url_password
 
 LOG_TAIL_BYTES = 256 * 1024
 
@@ -23,7 +25,7 @@ class PipelineInline(admin.TabularInline):
 
 @admin.register(Project)
 class ProjectAdmin(admin.ModelAdmin):
-    list_display = ("slug", "name", "repo", "concurrency_policy", "default_environment")
+    list_display = ("slug", "name", "repository", "concurrency_policy", "default_environment")
     search_fields = ("slug", "name", "repo")
     list_filter = ("concurrency_policy",)
     # Secret values are never shown; set them with apply_projects (from_env).
@@ -34,6 +36,19 @@ class ProjectAdmin(admin.ModelAdmin):
     @admin.display(description="secrets")
     def secret_names(self, project: Project) -> str:
         return ", ".join(sorted(project.secrets or {})) or "(none)"
+
+    @admin.display(description="repo", ordering="repo")
+    def repository(self, project: Project) -> str:
+        return redact_url(project.repo)
+
+    # A repo URL that carries a password is shown redacted and read-only, never in an input.
+    def get_exclude(self, request, obj=None):
+        exclude = list(super().get_exclude(request, obj) or ())
+        return [*exclude, "repo"] if obj is not None and url_password(obj.repo) else exclude
+
+    def get_readonly_fields(self, request, obj=None):
+        fields = list(super().get_readonly_fields(request, obj))
+        return [*fields, "repository"] if obj is not None and url_password(obj.repo) else fields
 
 
 class StepInline(admin.TabularInline):
@@ -121,6 +136,9 @@ class DeploymentAdmin(ApprovalAdminMixin, admin.ModelAdmin):
     def has_delete_permission(self, request, obj=None) -> bool:
         return False  # history; old logs go with the log purge, the rows stay
 
+    has_run_deployment_permission = permission_check("run_deployment")
+    has_cancel_deployment_permission = permission_check("cancel_deployment")
+
     @admin.display(description="commit")
     def short_sha(self, deployment: Deployment) -> str:
         return deployment.commit_sha[:12]
@@ -145,7 +163,7 @@ class DeploymentAdmin(ApprovalAdminMixin, admin.ModelAdmin):
             page["text"],
         )
 
-    @admin.action(description="Cancel selected deployments")
+    @admin.action(description="Cancel selected deployments", permissions=["cancel_deployment"])
     def cancel_deployments(self, request, queryset) -> None:
         self._each(
             request,
@@ -154,7 +172,10 @@ class DeploymentAdmin(ApprovalAdminMixin, admin.ModelAdmin):
             lambda d: services.deployment_cancel(deployment_id=d.pk, actor=request.user.username),
         )
 
-    @admin.action(description="Retry selected deployments (as new deployments)")
+    @admin.action(
+        description="Retry selected deployments (as new deployments)",
+        permissions=["run_deployment"],
+    )
     def retry_deployments(self, request, queryset) -> None:
         self._each(
             request,
@@ -192,8 +213,14 @@ class WorktreeInline(admin.TabularInline):
 
 @admin.register(Workspace)
 class WorkspaceAdmin(admin.ModelAdmin):
-    list_display = ("project", "repo", "path", "last_fetched_at", "last_fetch_error")
-    readonly_fields = ("project", "repo", "path", "last_fetched_at", "last_fetch_error")
+    list_display = ("project", "repository", "path", "last_fetched_at", "last_fetch_error")
+    readonly_fields = ("project", "repository", "path", "last_fetched_at", "last_fetch_error")
+    exclude = ("repo",)
+
+    @admin.display(description="repo")
+    def repository(self, workspace: Workspace) -> str:
+        return redact_url(workspace.repo)
+
     inlines = [WorktreeInline]
 
     def has_add_permission(self, request) -> bool:

@@ -87,24 +87,34 @@ class LogsQuery(WaitQuery):
     limit: int = Field(MAX_LOG_BYTES, ge=1, le=MAX_LOG_BYTES)
 
 
-def visible_project(request: HttpRequest, slug: str) -> Project:
-    """Return the project if this token may see it; 404 otherwise (never reveal it exists)."""
-    token: ApiToken = request.auth
+def _visible_projects(token: ApiToken):
     projects = Project.objects.all()
     if not token.allows(TokenScope.ADMIN):
         projects = projects.filter(api_tokens=token)
-    found = projects.filter(slug=slug).first()
+    return projects
+
+
+def _not_found(kind: str, key: object) -> ApiError:
+    """The one answer for "does not exist" and "exists but not for you": they must not differ."""
+    return ApiError(404, "not_found", f"no {kind} {key!r}")
+
+
+def visible_project(request: HttpRequest, slug: str) -> Project:
+    """Return the project if this token may see it; 404 otherwise (never reveal it exists)."""
+    found = _visible_projects(request.auth).filter(slug=slug).first()
     if found is None:
-        raise ApiError(404, "not_found", f"no project {slug!r}")
+        raise _not_found("project", slug)
     return found
 
 
 def visible_deployment(request: HttpRequest, deployment_id: int) -> Deployment:
+    """Return the deployment if this token may see its project; the same 404 otherwise."""
     try:
         deployment = selectors.deployment_get(deployment_id=deployment_id)
     except DeploymentNotFound:
-        raise ApiError(404, "not_found", f"no deployment {deployment_id}") from None
-    visible_project(request, deployment.project.slug)
+        raise _not_found("deployment", deployment_id) from None
+    if not _visible_projects(request.auth).filter(pk=deployment.project_id).exists():
+        raise _not_found("deployment", deployment_id)
     return deployment
 
 

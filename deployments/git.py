@@ -13,12 +13,14 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from project.redaction import redact_text
+
 GIT_TIMEOUT_SECONDS = 900
 ERROR_TAIL = 2000
 
 
 class GitError(Exception):
-    """A git command failed; the message carries the tail of its stderr."""
+    """A git command failed; the message carries the tail of its stderr, URLs redacted."""
 
 
 class Interrupted(Exception):  # noqa: N818 - raised to abandon the checkout, not an error
@@ -76,7 +78,8 @@ def git(
             process.communicate()
     if process.returncode != 0:
         message = err.decode(errors="replace").strip()[-ERROR_TAIL:]
-        raise GitError(f"git {args[0]} failed (exit {process.returncode}): {message}")
+        # git names the remote's URL in its errors, password included (project.redaction).
+        raise GitError(redact_text(f"git {args[0]} failed (exit {process.returncode}): {message}"))
     return out.decode(errors="replace")
 
 

@@ -6,16 +6,26 @@ import re
 from deployments.errors import InvalidRequest
 from deployments.models.projects import NAME_PATTERN
 
-REF_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._/@+-]{0,254}$")
-PARAM_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+NAME = re.compile(NAME_PATTERN)
+REF_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._/@+-]{0,254}")
+PARAM_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 MAX_PARAMS = 50
 MAX_PARAMS_JSON = 16 * 1024
 MAX_IDEMPOTENCY_KEY = 200
 
 
+def matches(pattern: re.Pattern, value: object) -> bool:
+    """Return True if ``value`` is a string that ``pattern`` matches whole.
+
+    The one way names, refs and slugs are checked: ``re.fullmatch``, never ``match`` with a
+    ``$`` anchor, which also accepts a trailing newline.
+    """
+    return isinstance(value, str) and pattern.fullmatch(value) is not None
+
+
 def clean_ref(ref: object) -> str:
     """Return ``ref`` if it is a plausible git ref (branch, tag or sha); raise otherwise."""
-    if not isinstance(ref, str) or not REF_PATTERN.match(ref) or ".." in ref:
+    if not matches(REF_PATTERN, ref) or ".." in ref:
         raise InvalidRequest(
             "ref must be a branch, tag or commit: letters, digits and ._/@+- "
             "(not starting with '-' or '.', no '..', at most 255 characters)",
@@ -26,7 +36,7 @@ def clean_ref(ref: object) -> str:
 
 def clean_environment(environment: object) -> str:
     """Return ``environment`` if it is a valid name; raise otherwise."""
-    if not isinstance(environment, str) or not re.match(NAME_PATTERN, environment):
+    if not matches(NAME, environment):
         raise InvalidRequest(
             "environment must be 1-64 letters, digits, '.', '_' or '-'", field="environment"
         )
@@ -42,7 +52,7 @@ def clean_params(params: object) -> dict:
     if len(params) > MAX_PARAMS:
         raise InvalidRequest(f"params may hold at most {MAX_PARAMS} entries", field="params")
     for name, value in params.items():
-        if not isinstance(name, str) or not PARAM_NAME.match(name):
+        if not matches(PARAM_NAME, name):
             raise InvalidRequest(
                 f"param name {name!r} must match {PARAM_NAME.pattern}", field=f"params.{name}"
             )

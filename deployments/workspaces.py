@@ -28,6 +28,7 @@ from django.utils import timezone
 from deployments import conf
 from deployments.git import GitError, git, resolve
 from deployments.models import ACTIVE, Deployment, FailureReason, Project, Workspace, Worktree
+from project.redaction import redact_url
 
 WORKDIR_ERROR = FailureReason.WORKDIR_ERROR
 
@@ -159,7 +160,7 @@ def _commit(workspace: Workspace, deployment: Deployment, keep_alive) -> str:
         sha = resolve(repo, deployment.ref)
     if sha is None:
         wanted = deployment.commit_sha or deployment.ref
-        raise GitError(f"{wanted!r} is not a branch, tag or commit of {workspace.repo}")
+        raise GitError(f"{wanted!r} is not a branch, tag or commit of {redact_url(workspace.repo)}")
     return sha
 
 

@@ -17,6 +17,7 @@ from jobs.models import (
     Notification,
 )
 from jobs.selectors import OVERDUE_INTERVALS, maintenance_status
+from project.admin_permissions import permission_check
 
 
 def _run_for_each(modeladmin, request, queryset: QuerySet, action, verb: str) -> None:
@@ -72,6 +73,9 @@ class JobAdmin(admin.ModelAdmin):
     def has_change_permission(self, request, obj=None) -> bool:
         return False
 
+    has_retry_job_permission = permission_check("retry_job")
+    has_cancel_job_permission = permission_check("cancel_job")
+
     @admin.display(description="status", ordering="status")
     def colored_status(self, job: Job):
         color = {
@@ -116,11 +120,11 @@ class JobAdmin(admin.ModelAdmin):
     def short_error(self, job: Job) -> str:
         return (job.last_error[:80] + "…") if len(job.last_error) > 80 else job.last_error
 
-    @admin.action(description="Retry selected dead/cancelled jobs")
+    @admin.action(description="Retry selected dead/cancelled jobs", permissions=["retry_job"])
     def retry_jobs(self, request, queryset):
         _run_for_each(self, request, queryset, services.job_retry, "Re-queued")
 
-    @admin.action(description="Cancel selected jobs")
+    @admin.action(description="Cancel selected jobs", permissions=["cancel_job"])
     def cancel_jobs(self, request, queryset):
         _run_for_each(
             self, request, queryset.exclude(status__in=FINISHED), services.job_cancel, "Cancelled"
@@ -152,7 +156,7 @@ class NotificationAdmin(admin.ModelAdmin):
         queryset = super().get_queryset(request).select_related("recipient")
         return queryset if request.user.is_superuser else queryset.filter(recipient=request.user)
 
-    @admin.action(description="Mark selected as read")
+    @admin.action(description="Mark selected as read", permissions=["view"])
     def mark_read(self, request, queryset):
         updated = queryset.filter(read_at__isnull=True).update(read_at=timezone.now())
         self.message_user(request, f"Marked {updated} notification(s) as read.", messages.SUCCESS)
@@ -184,6 +188,8 @@ class ApiTokenAdmin(admin.ModelAdmin):
     readonly_fields = ("prefix", "created_by", "created_at", "last_used_at", "revoked_at")
     actions = ("revoke",)
 
+    has_revoke_apitoken_permission = permission_check("revoke_apitoken")
+
     def save_model(self, request, obj: ApiToken, form, change) -> None:
         if change:
             super().save_model(request, obj, form, change)
@@ -200,7 +206,7 @@ class ApiTokenAdmin(admin.ModelAdmin):
             request, f"Token created. Copy it now, it is not shown again: {raw}", messages.WARNING
         )
 
-    @admin.action(description="Revoke selected tokens")
+    @admin.action(description="Revoke selected tokens", permissions=["revoke_apitoken"])
     def revoke(self, request, queryset):
         for token in queryset.filter(revoked_at__isnull=True):
             tokens.token_revoke(token, actor=request.user.get_username())

@@ -1,5 +1,6 @@
 """Bearer-token authentication and scope checks for the REST API."""
 
+from django.contrib.auth import authenticate
 from ninja.security import HttpBearer
 
 from jobs.models import ApiToken, TokenScope
@@ -10,7 +11,21 @@ class BearerToken(HttpBearer):
     """Authenticate ``Authorization: Bearer <token>``; ``request.auth`` becomes the ApiToken."""
 
     def authenticate(self, request, token: str) -> ApiToken | None:
-        return token_authenticate(token)
+        # Through Django's authenticate(), so a wrong token is throttled like a wrong password
+        # (project.throttling) and a locked-out client is refused before the token is looked up.
+        return authenticate(request, api_token=token)
+
+
+class ApiTokenBackend:
+    """The Django authentication backend that checks API tokens (never logs a user in)."""
+
+    def authenticate(self, request, api_token: str | None = None, **kwargs) -> ApiToken | None:
+        if api_token is None:
+            return None
+        return token_authenticate(api_token)
+
+    def get_user(self, user_id):
+        return None
 
 
 def require_scope(request, scope: TokenScope) -> ApiToken:

@@ -94,6 +94,7 @@ class Job(models.Model):
 
     class Meta:
         ordering = ["-id"]
+        permissions = [("retry_job", "Can retry jobs"), ("cancel_job", "Can cancel jobs")]
         constraints = [
             models.UniqueConstraint(
                 fields=["idempotency_key"],
@@ -184,6 +185,7 @@ class ApiToken(models.Model):
     class Meta:
         ordering = ["-created_at"]
         verbose_name = "API token"
+        permissions = [("revoke_apitoken", "Can revoke API tokens")]
 
     def __str__(self) -> str:
         return f"{self.name} ({self.prefix}…, {self.scope})"

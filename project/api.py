@@ -33,6 +33,7 @@ ERROR_STATUSES = {
     "409": "Conflicts with the object's state, or the Idempotency-Key is in flight",
     "413": "Request body over 1 MiB",
     "422": "Invalid or unknown field, or an Idempotency-Key reused with another body",
+    "429": "Too many failed authentication attempts from this client (see Retry-After)",
 }
 
 

@@ -41,6 +41,7 @@ _HTTP_CODES = {
     409: "conflict",
     413: "payload_too_large",
     422: "invalid",
+    429: "too_many_requests",
 }
 
 

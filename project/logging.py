@@ -4,6 +4,8 @@ import json
 import logging
 from datetime import UTC, datetime
 
+from project.redaction import redact_text
+
 # Attributes every LogRecord has; anything else on a record came from ``extra=`` and is data.
 _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}
 
@@ -16,11 +18,11 @@ class JsonFormatter(logging.Formatter):
             "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
             "level": record.levelname.lower(),
             "logger": record.name,
-            "event": record.getMessage(),
+            "event": redact_text(record.getMessage()),
         }
         for key, value in vars(record).items():
             if key not in _STANDARD and not key.startswith("_"):
-                entry[key] = value
+                entry[key] = redact_text(value) if isinstance(value, str) else value
         if record.exc_info:
-            entry["exc"] = self.formatException(record.exc_info)
+            entry["exc"] = redact_text(self.formatException(record.exc_info))
         return json.dumps(entry, default=str)

@@ -11,7 +11,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from project import env
+from project import env, secretfiles
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env.string("CONVEYOR_VAR_DIR", str(BASE_DIR / "var"))).resolve()
@@ -23,11 +23,7 @@ def _secret_key() -> str:
     configured = env.string("DJANGO_SECRET_KEY")
     if configured:
         return configured
-    key_file = VAR_DIR / "secret_key"
-    if not key_file.exists():
-        key_file.write_text(secrets.token_urlsafe(50))
-        key_file.chmod(0o600)
-    return key_file.read_text().strip()
+    return secretfiles.kept_secret(VAR_DIR / "secret_key", lambda: secrets.token_urlsafe(50))
 
 
 SECRET_KEY = _secret_key()
@@ -50,6 +46,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django_celery_beat",
     "django_celery_results",
+    "axes",
     "jobs",
     "webhooks",
     "deployments",
@@ -65,6 +62,14 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, as axes asks: turns a locked-out attempt into project.throttling's 429.
+    "axes.middleware.AxesMiddleware",
+]
+
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",  # first: refuses a locked-out client at once
+    "django.contrib.auth.backends.ModelBackend",
+    "jobs.auth.ApiTokenBackend",
 ]
 
 ROOT_URLCONF = "project.urls"
@@ -234,6 +239,33 @@ CONVEYOR_WEBHOOK_RETENTION = env.duration("CONVEYOR_WEBHOOK_RETENTION", "30d")
 CONVEYOR_WEBHOOK_CONCURRENCY = env.integer("CONVEYOR_WEBHOOK_CONCURRENCY", 32, minimum=1)
 CONVEYOR_WORKSPACES_DIR = Path(env.string("CONVEYOR_WORKSPACES_DIR", str(VAR_DIR / "workspaces")))
 
+# --- Security (docs/operations.md "Security") -----------------------------------------------
+# true behind a TLS-terminating proxy that sets X-Forwarded-Proto: secure cookies, HSTS.
+CONVEYOR_HTTPS = env.boolean("CONVEYOR_HTTPS", False)
+CONVEYOR_HSTS_MAX_AGE = env.duration("CONVEYOR_HSTS_MAX_AGE", "365d")
+# Failed admin logins and API authentications: this many per client address (or admin
+# username) lock it out for CONVEYOR_AUTH_LOCKOUT after the last one (project/throttling.py).
+CONVEYOR_AUTH_FAILURE_LIMIT = env.integer("CONVEYOR_AUTH_FAILURE_LIMIT", 10, minimum=1)
+CONVEYOR_AUTH_LOCKOUT = env.duration("CONVEYOR_AUTH_LOCKOUT", "15m")
+# Trusted reverse proxies in front of the web processes (the client is in X-Forwarded-For).
+CONVEYOR_PROXY_COUNT = env.integer("CONVEYOR_PROXY_COUNT", 0)
+
+AXES_HANDLER = "project.throttling.SerializedDatabaseHandler"
+AXES_FAILURE_LIMIT = CONVEYOR_AUTH_FAILURE_LIMIT
+AXES_COOLOFF_TIME = CONVEYOR_AUTH_LOCKOUT
+AXES_LOCKOUT_PARAMETERS = "project.throttling.lockout_parameters"
+AXES_CLIENT_IP_CALLABLE = "project.throttling.client_address"
+AXES_LOCKOUT_CALLABLE = "project.throttling.lockout_response"
+
+if CONVEYOR_HTTPS:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_SSL_REDIRECT = True
+    SECURE_REDIRECT_EXEMPT = [r"^healthz$"]  # probes speak plain HTTP to the process
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_HSTS_SECONDS = int(CONVEYOR_HSTS_MAX_AGE.total_seconds())
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = False  # other hosts of the domain may not speak HTTPS
+
 # --- Logging: one JSON object per line on stdout -----------------------------------------
 LOG_LEVEL = env.choice(
     "CONVEYOR_LOG_LEVEL", "INFO", ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -255,6 +287,8 @@ LOGGING = {
         "celery.worker.strategy": {"level": "WARNING"},
         "celery.app.trace": {"level": "WARNING"},
         "kombu.connection": {"level": "ERROR"},
+        # axes announces itself at INFO in every process (and command); failures are WARNING.
+        "axes": {"level": "WARNING"},
     },
 }
 

@@ -260,3 +260,46 @@ class Beat:
                 self.process.kill()
                 self.process.wait(timeout=10)
         self._log.close()
+
+
+class WebServer:
+    """A gunicorn web process on a free port, serving the app as ``make run`` does."""
+
+    def __init__(self, env: dict, *, threads: int = 4) -> None:
+        self.port = free_port()
+        self.log_path = Path(tempfile.mkstemp(prefix=f"web-{self.port}-", suffix=".log")[1])
+        self._log = self.log_path.open("wb")
+        self.process = subprocess.Popen(
+            [PYTHON, "-m", "gunicorn", "project.wsgi", "--bind", f"127.0.0.1:{self.port}",
+             "--worker-class", "gthread", "--workers", "1", "--threads", str(threads)],
+            cwd=ROOT,
+            env=env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
+        wait_until(self._answers, timeout=60, interval=0.2, message=f"web server {self.port}")
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _answers(self) -> bool:
+        if self.process.poll() is not None:
+            text = self.log_path.read_text(errors="replace")
+            raise AssertionError(f"web server exited early:\n{text[-3000:]}")
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                return True
+        except OSError:
+            return False
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(timeout=10)
+        self._log.close()

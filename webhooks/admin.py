@@ -7,6 +7,7 @@ from django.contrib import admin, messages
 from django.template.response import TemplateResponse
 from django.utils import timezone
 
+from project.admin_permissions import permission_check
 from webhooks import services, ssrf
 from webhooks.errors import WebhookError
 from webhooks.models import Delivery, DeliveryAttempt, Endpoint, Event
@@ -71,6 +72,11 @@ class EndpointAdmin(admin.ModelAdmin):
     ]
     actions = ["enable", "disable", "rotate_secret", "send_test", "replay_since"]
 
+    has_rotate_secret_permission = permission_check("rotate_secret")
+    has_send_test_permission = permission_check("send_test")
+    # Replaying acts on deliveries: the permission is the Delivery model's.
+    has_replay_delivery_permission = permission_check("replay_delivery")
+
     @admin.display(description="topics")
     def topic_list(self, obj: Endpoint) -> str:
         return ", ".join(obj.topics)
@@ -100,7 +106,7 @@ class EndpointAdmin(admin.ModelAdmin):
         for endpoint in queryset:
             services.endpoint_delete(endpoint_id=endpoint.pk, actor=_actor(request))
 
-    @admin.action(description="Enable selected endpoints")
+    @admin.action(description="Enable selected endpoints", permissions=["change"])
     def enable(self, request, queryset):
         _run(
             self,
@@ -110,7 +116,7 @@ class EndpointAdmin(admin.ModelAdmin):
             lambda e: services.endpoint_enable(endpoint_id=e.pk, actor=_actor(request)),
         )
 
-    @admin.action(description="Disable selected endpoints")
+    @admin.action(description="Disable selected endpoints", permissions=["change"])
     def disable(self, request, queryset):
         _run(
             self,
@@ -120,7 +126,9 @@ class EndpointAdmin(admin.ModelAdmin):
             lambda e: services.endpoint_disable(endpoint_id=e.pk, actor=_actor(request)),
         )
 
-    @admin.action(description="Rotate the signing secret (old one valid 24 h)")
+    @admin.action(
+        description="Rotate the signing secret (old one valid 24 h)", permissions=["rotate_secret"]
+    )
     def rotate_secret(self, request, queryset):
         def rotate(endpoint):
             rotated = services.endpoint_rotate_secret(
@@ -132,7 +140,7 @@ class EndpointAdmin(admin.ModelAdmin):
 
         _run(self, request, queryset, "Rotated", rotate)
 
-    @admin.action(description="Send a test event")
+    @admin.action(description="Send a test event", permissions=["send_test"])
     def send_test(self, request, queryset):
         _run(
             self,
@@ -142,7 +150,9 @@ class EndpointAdmin(admin.ModelAdmin):
             lambda e: services.endpoint_send_test(endpoint_id=e.pk, actor=_actor(request)),
         )
 
-    @admin.action(description="Replay dead and skipped deliveries since…")
+    @admin.action(
+        description="Replay dead and skipped deliveries since…", permissions=["replay_delivery"]
+    )
     def replay_since(self, request, queryset):
         if "apply" in request.POST:
             form = ReplaySinceForm(request.POST)
@@ -214,6 +224,8 @@ class DeliveryAdmin(admin.ModelAdmin):
     date_hierarchy = "created_at"
     inlines = [DeliveryAttemptInline]
     actions = ["replay"]
+
+    has_replay_delivery_permission = permission_check("replay_delivery")
     readonly_fields = [
         "event_link",
         "endpoint",
@@ -251,7 +263,7 @@ class DeliveryAdmin(admin.ModelAdmin):
     def has_add_permission(self, request) -> bool:
         return False
 
-    @admin.action(description="Replay selected deliveries", permissions=["change"])
+    @admin.action(description="Replay selected deliveries", permissions=["replay_delivery"])
     def replay(self, request, queryset):
         _run(
             self,

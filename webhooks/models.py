@@ -49,6 +49,10 @@ class Endpoint(models.Model):
 
     class Meta:
         ordering = ["id"]
+        permissions = [
+            ("rotate_secret", "Can rotate an endpoint's signing secret (and read the new one)"),
+            ("send_test", "Can send a test event to an endpoint"),
+        ]
 
     def __str__(self) -> str:
         return self.url
@@ -115,6 +119,7 @@ class Delivery(models.Model):
     class Meta:
         ordering = ["-id"]
         verbose_name_plural = "deliveries"
+        permissions = [("replay_delivery", "Can replay webhook deliveries")]
         constraints = [
             models.UniqueConstraint(
                 fields=["event", "endpoint"], name="delivery_once_per_endpoint"

@@ -20,6 +20,7 @@ from deployments.git import GitError
 from deployments.maintenance.notices import notify_staff
 from deployments.models import Workspace
 from deployments.workspaces import LockBusy, fetch, project_lock
+from project.redaction import redact_text, redact_url
 
 logger = logging.getLogger("deployments.maintenance")
 
@@ -55,13 +56,14 @@ def fetch_workspaces() -> FetchResult:
 def _record_failure(workspace: Workspace, error: str) -> None:
     with transaction.atomic():
         was_healthy = not workspace.last_fetch_error
+        repo, error = redact_url(workspace.repo), redact_text(error)
         Workspace.objects.filter(pk=workspace.pk).update(last_fetch_error=error[:2000])
         logger.warning(
             "workspace.sync_failed",
-            extra={"project": workspace.project.slug, "repo": workspace.repo, "error": error[:300]},
+            extra={"project": workspace.project.slug, "repo": repo, "error": error[:300]},
         )
         if was_healthy:
             notify_staff(
                 "workspace.sync_failed",
-                {"project": workspace.project.slug, "repo": workspace.repo, "error": error[:1000]},
+                {"project": workspace.project.slug, "repo": repo, "error": error[:1000]},
             )

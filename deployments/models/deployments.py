@@ -125,6 +125,11 @@ class Deployment(models.Model):
 
     class Meta:
         ordering = ["-id"]
+        permissions = [
+            ("run_deployment", "Can run a deployment again (retry)"),
+            ("cancel_deployment", "Can cancel deployments"),
+            ("approve_deployment", "Can approve or reject deployments waiting for approval"),
+        ]
         constraints = [
             models.UniqueConstraint(
                 fields=["project", "idempotency_key"],
@@ -143,9 +148,6 @@ class Deployment(models.Model):
             models.Index(
                 fields=["project", "environment", "finished_at"], name="deployment_history_idx"
             ),
-        ]
-        permissions = [
-            ("approve_deployment", "Can approve or reject deployments waiting for approval"),
         ]
 
     def __str__(self) -> str:

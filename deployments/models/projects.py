@@ -3,8 +3,12 @@
 from django.core.validators import RegexValidator
 from django.db import models
 
-NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
-name_validator = RegexValidator(NAME_PATTERN, "use letters, digits, '.', '_' and '-' (max 64)")
+# Unanchored: every check matches it against the whole string (re.fullmatch, or \A...\Z),
+# because "$" also matches before a trailing newline ("production\n" is not "production").
+NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}"
+name_validator = RegexValidator(
+    rf"\A{NAME_PATTERN}\Z", "use letters, digits, '.', '_' and '-' (max 64)"
+)
 
 
 class ConcurrencyPolicy(models.TextChoices):

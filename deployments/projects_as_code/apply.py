@@ -15,6 +15,7 @@ from deployments import conf
 from deployments.models import Environment, Pipeline, Project, Step
 from deployments.projects_as_code.environments import EnvironmentSpec
 from deployments.projects_as_code.schema import PipelineSpec, ProjectSpec, parse
+from project.redaction import url_password
 
 
 @dataclass
@@ -62,6 +63,12 @@ def apply(specs: list[ProjectSpec], *, prune: bool = False, dry_run: bool = Fals
 
 def _project(spec: ProjectSpec, result: ApplyResult) -> Project:
     fields = dict(spec.fields)
+    if url_password(fields["repo"]):
+        result.lines.append(
+            f"warning: project {spec.slug}: the repo URL carries a password; it is redacted "
+            "wherever Conveyor shows it, but prefer an SSH deploy key or a git credential "
+            "helper for the worker's user (docs/operations.md, Security)"
+        )
     if fields["deployment_timeout"] is None:
         fields["deployment_timeout"] = int(conf.get().deployment_timeout.total_seconds())
     project = Project.objects.select_for_update().filter(slug=spec.slug).first()

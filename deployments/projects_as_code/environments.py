@@ -18,12 +18,11 @@
 An environment the document leaves out keeps its rules, or loses them with ``prune``.
 """
 
-import re
 from dataclasses import dataclass, field
 
 from deployments.freeze import parse_window
 from deployments.models.environments import MAX_REQUIRED_APPROVALS
-from deployments.models.projects import NAME_PATTERN
+from deployments.validation import NAME, matches
 
 ENVIRONMENT_KEYS = {
     "name", "protected", "required_approvals", "approvers", "allow_self_approval",
@@ -56,7 +55,7 @@ def parse_environments(raw: object, where: str, errors: list[str], seconds) -> l
             if key not in ENVIRONMENT_KEYS:
                 allowed = ", ".join(sorted(ENVIRONMENT_KEYS))
                 errors.append(f"{here}.{key}: unknown key (allowed: {allowed})")
-        if not isinstance(name, str) or not re.match(NAME_PATTERN, name):
+        if not matches(NAME, name):
             errors.append(f"{here}.name: required; 1-64 letters, digits, '.', '_' or '-'")
             continue
         if name in names:

@@ -38,12 +38,12 @@ from pathlib import Path
 import yaml
 
 from deployments.models import ConcurrencyPolicy
-from deployments.models.projects import NAME_PATTERN
 from deployments.projects_as_code.environments import EnvironmentSpec, parse_environments
+from deployments.validation import NAME, matches
 from project.env import parse_duration
 
-SLUG = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+SLUG = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 PROJECT_KEYS = {
     "slug", "name", "repo", "workdir", "default_environment", "default_pipeline",
     "concurrency", "deployment_timeout", "stop_grace", "env", "secrets", "pipelines",
@@ -156,7 +156,7 @@ def _project(raw: object, index: int, errors: list[str]) -> ProjectSpec | None:
     slug = raw.get("slug")
     where = f"projects[{slug if isinstance(slug, str) and slug else index}]"
     _unknown(raw, PROJECT_KEYS, where, errors)
-    if not isinstance(slug, str) or not SLUG.match(slug):
+    if not matches(SLUG, slug):
         errors.append(f"{where}.slug: required; lowercase letters, digits, '-' and '_' (max 64)")
         return None
     repo, workdir = _text(raw, "repo", where, errors), _text(raw, "workdir", where, errors)
@@ -209,7 +209,7 @@ def _text(raw: dict, key: str, where: str, errors: list[str]) -> str:
 
 def _name(raw: dict, key: str, default: str, where: str, errors: list[str]) -> str:
     value = raw.get(key, default)
-    if not isinstance(value, str) or not re.match(NAME_PATTERN, value):
+    if not matches(NAME, value):
         errors.append(f"{where}.{key}: 1-64 letters, digits, '.', '_' or '-'")
         return default
     return value
@@ -245,7 +245,7 @@ def _env(raw: object, where: str, errors: list[str]) -> dict:
         return {}
     env = {}
     for name, value in raw.items():
-        if not isinstance(name, str) or not ENV_NAME.match(name):
+        if not matches(ENV_NAME, name):
             errors.append(f"{where}.{name}: not a valid variable name")
         elif name.startswith("CONVEYOR"):
             errors.append(f"{where}.{name}: CONVEYOR* names are reserved for the runner")
@@ -292,7 +292,7 @@ def _pipelines(raw: object, where: str, errors: list[str]) -> list[PipelineSpec]
         name = item.get("name")
         here = f"{where}[{name if isinstance(name, str) and name else index}]"
         _unknown(item, PIPELINE_KEYS, here, errors)
-        if not isinstance(name, str) or not re.match(NAME_PATTERN, name):
+        if not matches(NAME, name):
             errors.append(f"{here}.name: required; 1-64 letters, digits, '.', '_' or '-'")
             continue
         if name in names:

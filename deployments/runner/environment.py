@@ -8,12 +8,14 @@ from deployments.models import Deployment, Project
 # Taken from the worker's environment when set there; nothing else of it reaches a step.
 ALLOWED = ("PATH", "HOME", "LANG", "LC_ALL", "TZ")
 DEFAULTS = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
-NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def _strings(values: dict | None) -> dict[str, str]:
     return {
-        str(k): "" if v is None else str(v) for k, v in (values or {}).items() if NAME.match(str(k))
+        str(k): "" if v is None else str(v)
+        for k, v in (values or {}).items()
+        if NAME.fullmatch(str(k))
     }
 
 

@@ -1,4 +1,10 @@
-"""Mask secret values, and their base64 forms, in a byte stream cut into arbitrary pieces.
+r"""Mask secret values, and their common encodings, in a byte stream cut into arbitrary pieces.
+
+The forms masked (``encoded_forms``): the raw value; its base64 at any alignment;
+percent-encoded (``%40`` and ``%2f``/``%2F``: upper- and lower-case hex, with ``/`` encoded
+or kept, and the ``+``-for-space form), as it appears in a URL; and JSON-escaped (``\"``,
+``\\``, ``\uXXXX``, ``\/``). A step that transforms a secret otherwise (hex, hashing,
+reversing, another encoding) is not covered: what it prints is what it chose to print.
 
 A secret may arrive split across two reads. ``SecretMasker.feed`` masks what it can and holds
 back the longest tail that could still be the start of a secret, so nothing is released
@@ -6,7 +12,12 @@ until it is known not to be (part of) one; ``flush`` releases the tail at the en
 """
 
 import base64
+import json
+import re
 from collections.abc import Iterable
+from urllib.parse import quote, quote_plus
+
+from project.redaction import url_password
 
 MASK = b"***"
 
@@ -30,8 +41,31 @@ def base64_forms(secret: bytes) -> set[bytes]:
     return forms
 
 
+def project_secrets(project) -> list[str]:
+    """Return what a project's step logs mask: its secret values and its repo URL's password."""
+    values = [str(value) for value in (project.secrets or {}).values()]
+    password = url_password(project.repo or "")
+    return [*values, password] if password else values
+
+
+_PERCENT_HEX = re.compile(r"%[0-9A-F]{2}")
+
+
+def encoded_forms(secret: str) -> set[bytes]:
+    """Return every form of ``secret`` that is masked: raw, base64, percent, JSON-escaped."""
+    texts = {secret}
+    for percent in (quote(secret, safe=""), quote(secret, safe="/"), quote_plus(secret)):
+        texts.add(percent)
+        texts.add(_PERCENT_HEX.sub(lambda m: m.group(0).lower(), percent))
+    for ascii_only in (True, False):
+        escaped = json.dumps(secret, ensure_ascii=ascii_only)[1:-1]
+        texts |= {escaped, escaped.replace("/", "\\/")}
+    forms = {text.encode() for text in texts}
+    return forms | base64_forms(secret.encode())
+
+
 class SecretMasker:
-    """Replace every secret (and base64 form of it) with ``***`` in a stream of bytes."""
+    """Replace every secret (and each encoded form of it) with ``***`` in a stream of bytes."""
 
     def __init__(self, secrets: Iterable[str]) -> None:
         patterns: set[bytes] = set()
@@ -39,8 +73,7 @@ class SecretMasker:
             raw = str(secret).encode()
             if not raw or raw in MASK:
                 continue
-            patterns.add(raw)
-            patterns |= base64_forms(raw)
+            patterns |= encoded_forms(str(secret))
         self.patterns = sorted(patterns, key=len, reverse=True)
         self._prefixes = {p[:i] for p in self.patterns for i in range(1, len(p))}
         self._hold_max = max((len(p) - 1 for p in self.patterns), default=0)

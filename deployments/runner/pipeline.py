@@ -27,6 +27,7 @@ from deployments.events import log_deployment
 from deployments.git import Interrupted
 from deployments.models import Deployment, DeploymentStatus, FailureReason, StepRun, StepStatus
 from deployments.policy import Decision
+from deployments.runner import masking
 from deployments.runner.environment import step_environment
 from deployments.runner.heartbeat import Beat
 from deployments.runner.logwriter import LogWriter
@@ -71,7 +72,7 @@ class Execution:
         self.deployment = deployment
         self.project = deployment.project
         self.beat = beat
-        self.log = LogWriter(deployment.pk, SecretMasker((self.project.secrets or {}).values()))
+        self.log = LogWriter(deployment.pk, SecretMasker(masking.project_secrets(self.project)))
         self.deadline = time.monotonic() + deployment.timeout
         grace = self.project.stop_grace
         self.grace = float(grace) if grace is not None else conf.get().stop_grace.total_seconds()

@@ -59,3 +59,31 @@ def test_the_api_never_fails_and_keeps_its_schema(case, admin_token, purge_broke
         headers={"Authorization": f"Bearer {admin_token}"},
         checks=[not_a_server_error, status_code_conformance, response_schema_conformance],
     )
+
+
+# Hostile strings the generator rarely produces: each is refused (422), never stored, never 5xx.
+HOSTILE_NAMES = ["main\n", "main\r\n", "\nmain", "ma\nin", "main\x00", "main\u2028"]
+
+
+@pytest.mark.parametrize("value", HOSTILE_NAMES)
+@pytest.mark.parametrize("field", ["ref", "environment", "pipeline", "param"])
+def test_hostile_names_are_refused_in_every_field(admin_token, value, field):
+    from django.test import Client
+
+    from deployments.models import Deployment
+
+    body = {"ref": "main"}
+    if field == "param":
+        body["params"] = {f"X{value}": "1"}
+    else:
+        body[field] = value
+    before = Deployment.objects.count()
+    response = Client().post(
+        "/api/v1/projects/app/deployments",
+        body,
+        content_type="application/json",
+        headers={"Authorization": f"Bearer {admin_token}"},
+    )
+    assert response.status_code == 422, response.content
+    assert set(response.json()["error"]) == {"code", "message", "details"}
+    assert Deployment.objects.count() == before

@@ -61,3 +61,36 @@ def test_base64_of_a_secret_is_masked_wherever_it_sits(prefix):
 def test_no_secrets_passes_everything_through():
     assert mask_in_pieces([], b"anything", [3]) == b"anything"
     assert mask_in_pieces([""], b"anything", [3]) == b"anything"
+
+
+ENCODED = "dbp@ss/w+rd=9"
+
+
+@pytest.mark.parametrize(
+    ("leak", "expected"),
+    [
+        ("dbp%40ss%2Fw%2Brd%3D9", "***"),  # percent-encoded, upper-case hex
+        ("dbp%40ss%2fw%2brd%3d9", "***"),  # lower-case hex
+        ("dbp%40ss/w%2Brd%3D9", "***"),  # '/' kept, as in a URL path
+        ("https://app:dbp%40ss%2Fw%2Brd%3D9@db/x", "https://app:***@db/x"),  # inside a URL
+        ('{"password": "dbp@ss\\/w+rd=9"}', '{"password": "***"}'),  # JSON, '/' escaped
+    ],
+)
+def test_common_encodings_of_a_secret_are_masked_wherever_the_stream_is_cut(leak, expected):
+    data = f"before {leak} after".encode()
+    for cut in range(len(data) + 1):
+        assert mask_in_pieces([ENCODED], data, [cut]) == f"before {expected} after".encode(), cut
+
+
+@pytest.mark.parametrize(
+    ("secret", "escaped"),
+    [
+        ('pa"ss\\word', 'pa\\"ss\\\\word'),  # quote and backslash escaped
+        ("tab\there-ok", "tab\\there-ok"),
+        ("caf\u00e9-secret", "caf\\u00e9-secret"),  # ensure_ascii
+        ("caf\u00e9-secret", "caf\u00e9-secret"),
+    ],
+)
+def test_the_json_escaped_form_of_a_secret_is_masked(secret, escaped):
+    data = f'{{"v": "{escaped}"}}'.encode()
+    assert mask_in_pieces([secret], data, [5, 11]) == b'{"v": "***"}'

@@ -10,7 +10,7 @@ from deployments.models import Project
 from deployments.projects_as_code import apply_document
 from jobs.models import TokenScope
 from jobs.tokens import token_authenticate, token_create
-from project import env
+from project import env, secretfiles
 
 
 def demo_admin_password() -> tuple[str, str]:
@@ -19,21 +19,19 @@ def demo_admin_password() -> tuple[str, str]:
     if configured:
         return configured, "CONVEYOR_ADMIN_PASSWORD"
     kept = settings.VAR_DIR / "admin-password"
-    if not kept.exists():
-        kept.write_text(secrets.token_urlsafe(12))
-        kept.chmod(0o600)
-    return kept.read_text().strip(), f"generated, kept in {kept}"
+    password = secretfiles.kept_secret(kept, lambda: secrets.token_urlsafe(12))
+    return password, f"generated, kept in {kept}"
 
 
 def demo_token() -> str:
     """Return the demo project's deploy token, creating it once and keeping it in var/."""
     kept = settings.VAR_DIR / "demo-token"
-    if kept.exists() and token_authenticate(kept.read_text().strip()) is not None:
-        return kept.read_text().strip()
+    found = secretfiles.read_private(kept)
+    if found and token_authenticate(found) is not None:
+        return found
     token, raw = token_create(name="demo", scope=TokenScope.DEPLOY, created_by="seed_demo")
     Project.objects.get(slug="demo").api_tokens.add(token)
-    kept.write_text(raw)
-    kept.chmod(0o600)
+    secretfiles.write_private(kept, raw, replace=True)
     return raw
 
 

@@ -1,0 +1,96 @@
+"""Throttle failed authentication: admin passwords and API tokens, one counter per client.
+
+django-axes does the counting. Every credential check goes through Django's
+``authenticate()`` (the admin's login form, and ``jobs.auth.BearerToken`` for API tokens via
+``ApiTokenBackend``), so axes sees every failure and refuses any attempt, right or wrong,
+from a client that is locked out. Its counters are rows in the database (``AccessAttempt``),
+so every web process on every host shares them, on PostgreSQL and on the embedded SQLite.
+
+- A client address is locked after ``CONVEYOR_AUTH_FAILURE_LIMIT`` failures (10) of either
+  kind; an admin username too, whatever the address the guesses come from.
+- The lock lasts ``CONVEYOR_AUTH_LOCKOUT`` (15m) after the last failure; failures older
+  than that are forgotten. A refused attempt counts as a failure (it extends the lock).
+- A locked request gets 429 with ``Retry-After``: the API's one error shape under /api/,
+  a plain page for the admin. Successful requests cost one indexed read and are never
+  delayed.
+
+The client address is ``REMOTE_ADDR``; behind ``CONVEYOR_PROXY_COUNT`` trusted reverse
+proxies it is the address those proxies recorded in ``X-Forwarded-For``.
+"""
+
+from axes.handlers.database import AxesDatabaseHandler
+from django.conf import settings
+from django.db import connection, transaction
+from django.http import HttpResponse, JsonResponse
+from django.utils.html import escape
+
+API_PREFIX = "/api/"
+
+
+def client_address(request) -> str:
+    """Return the address failures are counted against (AXES_CLIENT_IP_CALLABLE)."""
+    hops = settings.CONVEYOR_PROXY_COUNT
+    if hops:
+        forwarded = [
+            part.strip()
+            for part in request.META.get("HTTP_X_FORWARDED_FOR", "").split(",")
+            if part.strip()
+        ]
+        if len(forwarded) >= hops:
+            return forwarded[-hops]
+    return request.META.get("REMOTE_ADDR", "")
+
+
+class SerializedDatabaseHandler(AxesDatabaseHandler):
+    """axes' database handler, recording one client's concurrent failures one at a time.
+
+    axes keeps one AccessAttempt row per (username, address, user agent) without a unique
+    constraint: parallel first failures each insert one, and every later ``get_or_create``
+    fails with MultipleObjectsReturned (a 500 for each guess of a flood). A transaction
+    lock per client address makes the read-then-insert one step. (SQLite needs none: its
+    transactions take the write lock at BEGIN, see DATABASES.)
+    """
+
+    def user_login_failed(self, sender, credentials: dict, request=None, **kwargs):
+        with transaction.atomic():
+            if request is not None and connection.vendor == "postgresql":
+                with connection.cursor() as cursor:
+                    cursor.execute(
+                        "SELECT pg_advisory_xact_lock(hashtext(%s))",
+                        [f"conveyor.auth-failure:{client_address(request)}"],
+                    )
+            super().user_login_failed(sender, credentials, request, **kwargs)
+
+
+def lockout_parameters(request, credentials: dict | None) -> list[str]:
+    """Count a failed password by username and by address; a failed token by address."""
+    if credentials and credentials.get("username"):
+        return ["username", "ip_address"]
+    return ["ip_address"]
+
+
+def retry_after_seconds() -> int:
+    return max(1, int(settings.CONVEYOR_AUTH_LOCKOUT.total_seconds()))
+
+
+def lockout_response(request, original_response=None, credentials=None) -> HttpResponse:
+    """Answer a locked-out request: 429 with Retry-After (AXES_LOCKOUT_CALLABLE)."""
+    from project.api_errors import error_body
+
+    seconds = retry_after_seconds()
+    message = (
+        "too many failed authentication attempts; "
+        f"try again in {seconds} seconds (counted per client address and per username)"
+    )
+    if request.path.startswith(API_PREFIX):
+        response = JsonResponse(
+            error_body("too_many_requests", message, {"retry_after": seconds}), status=429
+        )
+    else:
+        response = HttpResponse(
+            f"<!doctype html><title>Too many login attempts</title>"
+            f"<h1>Too many failed login attempts</h1><p>{escape(message)}.</p>",
+            status=429,
+        )
+    response["Retry-After"] = str(seconds)
+    return response

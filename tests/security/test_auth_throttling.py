@@ -1,0 +1,129 @@
+"""Failed authentication is throttled per client address (and per admin username).
+
+The API test runs two real gunicorn processes against one database, on PostgreSQL and on
+the embedded SQLite default: the failures counted by one process lock the client out of the
+other. Clients are told apart by ``X-Forwarded-For`` behind one trusted proxy.
+"""
+
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import requests
+from axes.models import AccessAttempt
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.test import Client
+
+from jobs.tokens import token_create
+from tests.processes import PYTHON, ROOT, WebServer
+
+ATTACKER, HONEST, CROWD = "203.0.113.7", "198.51.100.2", "203.0.113.99"
+LIMIT = 10  # the default CONVEYOR_AUTH_FAILURE_LIMIT
+LOCKOUT_SECONDS = 900  # the default CONVEYOR_AUTH_LOCKOUT, 15m
+
+
+def _get(server: WebServer, token: str, address: str) -> requests.Response:
+    return requests.get(
+        f"{server.url}/api/v1/queue",
+        headers={"Authorization": f"Bearer {token}", "X-Forwarded-For": address},
+        timeout=30,
+    )
+
+
+@pytest.fixture(params=["postgresql", "sqlite"])
+def web_pair(request, worker_env, tmp_path):
+    """Two web processes sharing one database; yields (servers, a valid admin token)."""
+    env = {**worker_env, "CONVEYOR_PROXY_COUNT": "1"}
+    if request.param == "postgresql":
+        token = token_create(name="ci", scope="admin")[1]
+    else:  # the embedded default: no DATABASE_URL, no broker URL
+        env.pop("DATABASE_URL")
+        env.pop("CELERY_BROKER_URL")
+        env["CONVEYOR_VAR_DIR"] = str(tmp_path / "embedded")
+        manage = [PYTHON, "manage.py"]
+        subprocess.run([*manage, "migrate", "--noinput"], cwd=ROOT, env=env, check=True,
+                       capture_output=True)  # fmt: skip
+        created = subprocess.run([*manage, "create_api_token", "--scope", "admin"], cwd=ROOT,
+                                 env=env, check=True, capture_output=True, text=True)  # fmt: skip
+        token = created.stdout.strip().splitlines()[-1]
+    servers = [WebServer(env), WebServer(env)]
+    yield servers, token
+    for server in servers:
+        server.stop()
+
+
+def test_failures_in_one_web_process_lock_the_client_out_of_both(web_pair):
+    servers, token = web_pair
+    assert _get(servers[0], token, ATTACKER).status_code == 200  # success is never counted
+
+    for attempt in range(LIMIT - 1):
+        answer = _get(servers[attempt % 2], "cvy_wrong-guess", ATTACKER)
+        assert answer.status_code == 401, (attempt, answer.text)
+    # The failure that reaches the limit is already answered 429.
+    assert _get(servers[1], "cvy_wrong-guess", ATTACKER).status_code == 429
+
+    for server in servers:
+        locked = _get(server, "cvy_another-guess", ATTACKER)
+        assert locked.status_code == 429, locked.text
+        assert locked.headers["Retry-After"] == str(LOCKOUT_SECONDS)
+        error = locked.json()["error"]
+        assert set(error) == {"code", "message", "details"}
+        assert error["code"] == "too_many_requests" and error["details"]["retry_after"] == 900
+        # Locked out means locked out: the right token from that address is refused too.
+        assert _get(server, token, ATTACKER).status_code == 429
+        # Everyone else goes on as before.
+        assert _get(server, token, HONEST).status_code == 200
+
+
+def test_a_parallel_flood_of_wrong_tokens_is_cut_off(web_pair):
+    servers, _ = web_pair
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        answers = list(
+            pool.map(lambda i: _get(servers[i % 2], f"cvy_guess{i}", CROWD).status_code, range(60))
+        )
+    assert set(answers) <= {401, 429}
+    # Requests already past the check when the limit is reached may still get 401; no more.
+    assert answers.count(401) <= LIMIT + 8, answers
+    assert answers.count(429) >= 60 - LIMIT - 8
+
+
+@pytest.fixture
+def admin_user(db):
+    return get_user_model().objects.create_superuser("admin", "a@example.com", "right-pass-1")
+
+
+def _login(password: str, address: str, username: str = "admin"):
+    client = Client(REMOTE_ADDR=address)
+    response = client.post(
+        "/admin/login/?next=/admin/", {"username": username, "password": password}
+    )
+    return response, client.session.get("_auth_user_id")
+
+
+def test_wrong_admin_passwords_lock_the_username_whatever_the_address(admin_user):
+    for attempt in range(LIMIT - 1):
+        response, user_id = _login("wrong", f"192.0.2.{attempt + 1}")
+        assert response.status_code == 200 and user_id is None  # the form again
+    response, _ = _login("wrong", "192.0.2.100")  # the failure that reaches the limit
+    assert response.status_code == 429
+
+    response, user_id = _login("right-pass-1", "192.0.2.200")
+    assert response.status_code == 429 and user_id is None
+    assert response["Retry-After"] == str(LOCKOUT_SECONDS)
+    assert "Too many failed login attempts" in response.content.decode()
+    assert AccessAttempt.objects.filter(username="admin").exists()
+
+
+def test_wrong_passwords_from_one_address_lock_that_address_only(admin_user):
+    for attempt in range(LIMIT):
+        _login("wrong", ATTACKER, username=f"user{attempt}")
+    response, user_id = _login("right-pass-1", ATTACKER)
+    assert response.status_code == 429 and user_id is None
+    response, user_id = _login("right-pass-1", HONEST)
+    assert response.status_code == 302 and user_id == str(admin_user.pk)
+
+
+def test_the_limits_are_settings():
+    assert settings.AXES_FAILURE_LIMIT == settings.CONVEYOR_AUTH_FAILURE_LIMIT == LIMIT
+    assert settings.CONVEYOR_AUTH_LOCKOUT.total_seconds() == LOCKOUT_SECONDS
