@@ -8,7 +8,7 @@ from django.http import HttpRequest, HttpResponse
 from ninja import Field, Query, Router, Schema, Status
 from pydantic import ConfigDict
 
-from deployments import selectors, services
+from deployments import selectors, services, timeline
 from deployments.errors import DeploymentNotFound
 from deployments.models import FINISHED, Deployment, DeploymentStatus, Project
 from jobs.auth import actor, require_scope
@@ -215,6 +215,29 @@ def get_logs(request: HttpRequest, deployment_id: int, query: Query[LogsQuery]):
     return found or selectors.deployment_logs(
         deployment=deployment, offset=query.offset, limit_bytes=query.limit
     )
+
+
+class TimelineEntryOut(Schema):
+    at: datetime
+    kind: str
+    summary: str
+
+    model_config = ConfigDict(extra="allow")
+
+
+class TimelineOut(Schema):
+    events: list[TimelineEntryOut]
+
+
+@router.get(
+    "/deployments/{int:deployment_id}/timeline",
+    response=TimelineOut,
+    summary="Every event of a deployment in time order, with its webhook deliveries",
+)
+def get_timeline(request: HttpRequest, deployment_id: int):
+    require_scope(request, TokenScope.READ)
+    deployment = visible_deployment(request, deployment_id)
+    return {"events": timeline.deployment_timeline(deployment)}
 
 
 @router.post(

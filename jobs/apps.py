@@ -6,7 +6,7 @@ class JobsConfig(AppConfig):
     verbose_name = "Jobs"
 
     def ready(self) -> None:
-        # deadletter connects the Celery signal handlers; tasks registers the tasks everywhere.
-        from jobs import conf, deadletter, tasks  # noqa: F401
+        # deadletter and heartbeat connect Celery signal handlers; tasks registers the tasks.
+        from jobs import conf, deadletter, heartbeat, tasks  # noqa: F401
 
         conf.validate()

@@ -185,6 +185,10 @@ CONVEYOR_JOB_MAX_ATTEMPTS = env.integer("CONVEYOR_JOB_MAX_ATTEMPTS", 5, minimum=
 CONVEYOR_BATCH_SIZE = env.integer("CONVEYOR_BATCH_SIZE", 25, minimum=1)
 # Log one ``job.succeeded`` line per successful job (off: the success path stays quiet).
 CONVEYOR_JOB_LOG_SUCCESS = env.boolean("CONVEYOR_JOB_LOG_SUCCESS", False)
+# How often each worker writes its WorkerHeartbeat row (jobs.heartbeat); 3 missed = gone.
+CONVEYOR_WORKER_HEARTBEAT = env.duration("CONVEYOR_WORKER_HEARTBEAT", "5s")
+# /metrics without a token: comma-separated addresses or networks (e.g. 10.0.0.0/8).
+CONVEYOR_METRICS_ALLOW = env.string("CONVEYOR_METRICS_ALLOW", "")
 CONVEYOR_REAPER_INTERVAL = env.duration("CONVEYOR_REAPER_INTERVAL", "1m")
 CONVEYOR_SWEEPER_INTERVAL = env.duration("CONVEYOR_SWEEPER_INTERVAL", "1m")
 CONVEYOR_SWEEPER_GRACE = env.duration("CONVEYOR_SWEEPER_GRACE", "1m")
