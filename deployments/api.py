@@ -4,7 +4,7 @@ import threading
 import time
 from datetime import datetime
 
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from ninja import Field, Query, Router, Schema, Status
 from pydantic import ConfigDict
 
@@ -218,6 +218,8 @@ def get_logs(request: HttpRequest, deployment_id: int, query: Query[LogsQuery]):
 
 
 class TimelineEntryOut(Schema):
+    """One event; besides these, each kind has its fields (worker, step, status_code, ...)."""
+
     at: datetime
     kind: str
     summary: str
@@ -237,7 +239,9 @@ class TimelineOut(Schema):
 def get_timeline(request: HttpRequest, deployment_id: int):
     require_scope(request, TokenScope.READ)
     deployment = visible_deployment(request, deployment_id)
-    return {"events": timeline.deployment_timeline(deployment)}
+    # Returned as is: each kind carries its own fields beyond at/kind/summary, which the
+    # schema (kept for the OpenAPI document) would drop.
+    return JsonResponse({"events": timeline.deployment_timeline(deployment)})
 
 
 @router.post(

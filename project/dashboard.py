@@ -45,7 +45,11 @@ def broker_depths(queues) -> dict[str, int | None]:
             channel = conn.default_channel
             for name in queues:
                 try:
-                    depths[name] = channel.queue_declare(name, passive=True).message_count
+                    size = getattr(channel, "_size", None)  # kombu's virtual transports
+                    if size is not None:
+                        depths[name] = int(size(name))
+                    else:
+                        depths[name] = channel.queue_declare(name, passive=True).message_count
                 except Exception:
                     depths[name] = None
     except Exception as exc:

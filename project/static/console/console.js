@@ -1,7 +1,7 @@
 // Conveyor console: live parts of admin pages, without a full reload and without libraries.
 //
 // * [data-refresh-every="N"] on a container: every N seconds the page is fetched again and
-//   each element inside marked [data-refresh] (with an id) is swapped for its new version.
+//   each element of the page marked [data-refresh] (with an id) gets its new content.
 // * #deployment-log[data-url]: follows a deployment's log from data-next until complete,
 //   and "Load earlier" fetches the bytes before data-start.
 // * form[data-confirm]: asks before submitting.
@@ -19,7 +19,7 @@
         .then(function (html) {
           if (!html) return;
           var fresh = new DOMParser().parseFromString(html, "text/html");
-          root.querySelectorAll("[data-refresh][id]").forEach(function (el) {
+          document.querySelectorAll("[data-refresh][id]").forEach(function (el) {
             var next = fresh.getElementById(el.id);
             if (next && next.innerHTML !== el.innerHTML) el.innerHTML = next.innerHTML;
           });
