@@ -4,16 +4,35 @@ Cancel and retry are admin actions that call the same services as the API.
 """
 
 from django.contrib import admin, messages
-from django.utils.html import format_html
+from django.core.exceptions import PermissionDenied
+from django.http import JsonResponse
+from django.shortcuts import get_object_or_404, redirect
+from django.urls import path
 
-from deployments import selectors, services
+from deployments import selectors, services, timeline
 from deployments.admin_environments import ApprovalAdminMixin
 from deployments.errors import DeploymentError
-from deployments.models import Deployment, Pipeline, Project, Step, StepRun, Workspace, Worktree
+from deployments.models import (
+    FINISHED,
+    Deployment,
+    Pipeline,
+    Project,
+    Step,
+    StepRun,
+    Workspace,
+    Worktree,
+)
+from jobs.permissions import allowed
 from project.admin_permissions import permission_check
 from project.redaction import redact_url, url_password
 
-LOG_TAIL_BYTES = 256 * 1024
+# The page shows this much of the log's end first; "Load earlier" fetches this much more.
+LOG_TAIL_BYTES = 64 * 1024
+# One request of the page's log follower reads at most this much.
+LOG_PAGE_BYTES = 256 * 1024
+# How many links of the retry_of chain the page follows back.
+CHAIN_LIMIT = 20
+REFRESH_SECONDS = 2
 
 
 class PipelineInline(admin.TabularInline):
@@ -66,24 +85,6 @@ class PipelineAdmin(admin.ModelAdmin):
     inlines = [StepInline]
 
 
-class StepRunInline(admin.TabularInline):
-    model = StepRun
-    fields = ("position", "name", "status", "exit_code", "started_at", "finished_at", "log_range")
-    readonly_fields = fields
-    extra = 0
-    can_delete = False
-    ordering = ("position",)
-
-    def has_add_permission(self, request, obj=None) -> bool:
-        return False
-
-    @admin.display(description="log bytes")
-    def log_range(self, run: StepRun) -> str:
-        if run.log_start is None:
-            return "-"
-        return f"{run.log_start}-{run.log_end if run.log_end is not None else '…'}"
-
-
 @admin.register(Deployment)
 class DeploymentAdmin(ApprovalAdminMixin, admin.ModelAdmin):
     list_display = (
@@ -105,33 +106,129 @@ class DeploymentAdmin(ApprovalAdminMixin, admin.ModelAdmin):
     list_select_related = ("project",)
     date_hierarchy = "created_at"
     actions = ("cancel_deployments", "retry_deployments", *ApprovalAdminMixin.approval_actions)
-    inlines = [StepRunInline]
-    readonly_fields = (
-        *(f.name for f in Deployment._meta.concrete_fields),
-        "log",
-        "approval_panel",
-    )
+    change_form_template = "admin/deployments/deployment/change_form.html"
+    readonly_fields = (*(f.name for f in Deployment._meta.concrete_fields), "approval_panel")
     fieldsets = (
         (
-            None,
+            "Details",
             {
+                "classes": ("collapse",),
                 "fields": (
-                    ("project", "environment", "ref", "commit_sha"),
-                    ("pipeline_name", "status", "failure_reason", "error"),
-                    ("attempt", "retry_of", "rollback_of", "undoes", "triggered_by"),
-                    ("created_at", "started_at", "cancel_requested_at", "finished_at"),
-                    ("job_id", "worker", "project_dir", "committed_at"),
+                    ("pipeline_name", "commit_sha", "committed_at", "triggered_by"),
+                    ("rollback_of", "undoes"),
+                    ("job_id", "worker", "project_dir"),
                     "params",
                     "steps",
-                )
+                ),
             },
         ),
         ("Approval", {"fields": ("approval_panel",)}),
-        ("Log", {"fields": ("log",)}),
     )
 
     def has_add_permission(self, request) -> bool:
         return False  # deployments are created through the API or a retry
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False  # a record of what ran: read-only; retry and cancel are buttons
+
+    def has_retry_permission(self, request, obj=None) -> bool:
+        return allowed(request.user, "deployment.retry")
+
+    def has_cancel_permission(self, request, obj=None) -> bool:
+        return allowed(request.user, "deployment.cancel")
+
+    def get_urls(self):
+        view = self.admin_site.admin_view
+        return [
+            path(
+                "<int:deployment_id>/retry/",
+                view(self.retry_view),
+                name="deployments_deployment_retry",
+            ),
+            path(
+                "<int:deployment_id>/cancel/",
+                view(self.cancel_view),
+                name="deployments_deployment_cancel",
+            ),
+            path(
+                "<int:deployment_id>/log/", view(self.log_view), name="deployments_deployment_log"
+            ),
+            *super().get_urls(),
+        ]
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        deployment = get_object_or_404(
+            Deployment.objects.select_related("project", "retry_of"), pk=object_id
+        )
+        size = selectors.deployment_log_size(deployment=deployment)
+        start = max(0, size - LOG_TAIL_BYTES)
+        tail = selectors.deployment_logs(
+            deployment=deployment, offset=start, limit_bytes=LOG_TAIL_BYTES
+        )
+        extra = {
+            "title": f"{deployment.project.slug} / {deployment.environment} @ {deployment.ref}",
+            "deployment": deployment,
+            "finished": deployment.status in FINISHED,
+            "refresh_seconds": REFRESH_SECONDS,
+            "can_retry": deployment.status in FINISHED and self.has_retry_permission(request),
+            "can_cancel": deployment.status not in FINISHED and self.has_cancel_permission(request),
+            "step_runs": _step_runs(deployment),
+            "timeline": timeline.deployment_timeline(deployment),
+            "chain": _retry_chain(deployment),
+            "retries": list(deployment.retries.order_by("pk").values_list("pk", "status")),
+            "log_start": start,
+            "log_text": tail["text"],
+            "log_next": tail["next_offset"],
+            "log_complete": tail["complete"],
+            "log_chunk": LOG_TAIL_BYTES,
+            **(extra_context or {}),
+        }
+        return super().change_view(request, object_id, form_url, extra)
+
+    def log_view(self, request, deployment_id: int):
+        """JSON ``{text, next_offset, complete}`` from ``offset`` (the page's log follower)."""
+        deployment = get_object_or_404(Deployment, pk=deployment_id)
+        if not self.has_view_permission(request, deployment):
+            raise PermissionDenied
+        try:
+            offset = max(0, int(request.GET.get("offset", 0)))
+            limit = min(max(1, int(request.GET.get("limit", LOG_PAGE_BYTES))), LOG_PAGE_BYTES)
+        except ValueError:
+            return JsonResponse({"error": "offset and limit are byte counts"}, status=400)
+        return JsonResponse(
+            selectors.deployment_logs(deployment=deployment, offset=offset, limit_bytes=limit)
+        )
+
+    def _button(self, request, deployment_id: int, permission: str, call, done: str):
+        if request.method != "POST":
+            return redirect("admin:deployments_deployment_change", deployment_id)
+        if not allowed(request.user, permission):
+            raise PermissionDenied
+        try:
+            result = call(deployment_id, request.user.get_username())
+        except DeploymentError as exc:
+            self.message_user(request, str(exc), messages.ERROR)
+            return redirect("admin:deployments_deployment_change", deployment_id)
+        self.message_user(request, done.format(result=result), messages.SUCCESS)
+        return redirect("admin:deployments_deployment_change", result.pk)
+
+    def retry_view(self, request, deployment_id: int):
+        return self._button(
+            request,
+            deployment_id,
+            "deployment.retry",
+            lambda pk, user: services.deployment_retry(deployment_id=pk, triggered_by=user),
+            "Retried as deployment {result.pk}.",
+        )
+
+    def cancel_view(self, request, deployment_id: int):
+        return self._button(
+            request,
+            deployment_id,
+            "deployment.cancel",
+            lambda pk, user: services.deployment_cancel(deployment_id=pk, actor=user),
+            "Deployment {result.pk} is {result.status}.",
+        )
 
     def has_delete_permission(self, request, obj=None) -> bool:
         return False  # history; old logs go with the log purge, the rows stay
@@ -148,20 +245,6 @@ class DeploymentAdmin(ApprovalAdminMixin, admin.ModelAdmin):
         if deployment.started_at and deployment.finished_at:
             return f"{(deployment.finished_at - deployment.started_at).total_seconds():.1f}s"
         return ""
-
-    @admin.display(description="log")
-    def log(self, deployment: Deployment) -> str:
-        size = selectors.deployment_log_size(deployment=deployment)
-        start = max(0, size - LOG_TAIL_BYTES)
-        page = selectors.deployment_logs(
-            deployment=deployment, offset=start, limit_bytes=LOG_TAIL_BYTES
-        )
-        note = f"last {LOG_TAIL_BYTES // 1024} KiB of {size} bytes\n" if start else ""
-        return format_html(
-            '<pre style="max-height:40em;overflow:auto;white-space:pre-wrap">{}{}</pre>',
-            note,
-            page["text"],
-        )
 
     @admin.action(description="Cancel selected deployments", permissions=["cancel_deployment"])
     def cancel_deployments(self, request, queryset) -> None:
@@ -198,6 +281,28 @@ class DeploymentAdmin(ApprovalAdminMixin, admin.ModelAdmin):
             self.message_user(request, f"{succeeded} deployment(s) {done}.", messages.SUCCESS)
         if refused:
             self.message_user(request, "Refused: " + "; ".join(refused), messages.WARNING)
+
+
+def _step_runs(deployment: Deployment) -> list[StepRun]:
+    runs = list(StepRun.objects.filter(deployment=deployment).order_by("position"))
+    for run in runs:
+        run.duration_seconds = (
+            (run.finished_at - run.started_at).total_seconds()
+            if run.started_at and run.finished_at
+            else None
+        )
+    return runs
+
+
+def _retry_chain(deployment: Deployment) -> list[Deployment]:
+    """Return the deployments this one retries, nearest first (at most CHAIN_LIMIT)."""
+    chain, current = [], deployment
+    while current.retry_of_id and len(chain) < CHAIN_LIMIT:
+        current = Deployment.objects.filter(pk=current.retry_of_id).first()
+        if current is None:
+            break
+        chain.append(current)
+    return chain
 
 
 class WorktreeInline(admin.TabularInline):

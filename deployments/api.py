@@ -4,11 +4,11 @@ import threading
 import time
 from datetime import datetime
 
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from ninja import Field, Query, Router, Schema, Status
 from pydantic import ConfigDict
 
-from deployments import selectors, services
+from deployments import selectors, services, timeline
 from deployments.errors import DeploymentNotFound
 from deployments.models import FINISHED, Deployment, DeploymentStatus, Project
 from jobs.auth import actor, require_scope
@@ -254,6 +254,33 @@ def get_logs(request: HttpRequest, deployment_id: int, query: Query[LogsQuery]):
     return found or selectors.deployment_logs(
         deployment=deployment, offset=query.offset, limit_bytes=query.limit
     )
+
+
+class TimelineEntryOut(Schema):
+    """One event; besides these, each kind has its fields (worker, step, status_code, ...)."""
+
+    at: datetime
+    kind: str
+    summary: str
+
+    model_config = ConfigDict(extra="allow")
+
+
+class TimelineOut(Schema):
+    events: list[TimelineEntryOut]
+
+
+@router.get(
+    "/deployments/{int:deployment_id}/timeline",
+    response=TimelineOut,
+    summary="Every event of a deployment in time order, with its webhook deliveries",
+)
+def get_timeline(request: HttpRequest, deployment_id: int):
+    require_scope(request, TokenScope.READ)
+    deployment = visible_deployment(request, deployment_id)
+    # Returned as is: each kind carries its own fields beyond at/kind/summary, which the
+    # schema (kept for the OpenAPI document) would drop.
+    return JsonResponse({"events": timeline.deployment_timeline(deployment)})
 
 
 @router.post(

@@ -72,6 +72,16 @@ def admit(deployment: Deployment, policy: str) -> Decision:
     return Decision.RUN
 
 
+def blocker(deployment: Deployment) -> Deployment | None:
+    """Return the deployment ``deployment`` waits behind: the running one, else the oldest
+    older pending one (lock held)."""
+    others = _neighbours(deployment)
+    return (
+        others.filter(status__in=ACTIVE).order_by("pk").first()
+        or others.filter(status=S.PENDING, pk__lt=deployment.pk).order_by("pk").first()
+    )
+
+
 def _supersede_older_pending(deployment: Deployment) -> None:
     older = _neighbours(deployment).filter(status=S.PENDING, pk__lt=deployment.pk)
     for other in older.select_related("project"):

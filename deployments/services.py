@@ -28,6 +28,7 @@ from deployments.locks import lock_environment
 from deployments.models import (
     NOT_STARTED,
     Deployment,
+    DeploymentEvent,
     DeploymentStatus,
     FailureReason,
     Pipeline,
@@ -225,7 +226,9 @@ def deployment_claim(*, deployment_id: int, job: Job) -> Claim:
             return Claim(None, deployment)
         decision = policy.admit(deployment, deployment.project.concurrency_policy)
         if decision is Decision.WAIT:
-            log_deployment("deployment.waiting", deployment)
+            behind = policy.blocker(deployment)
+            log_deployment("deployment.waiting", deployment, behind=behind and behind.pk)
+            _record_wait(deployment, behind)
             job_snooze(job, seconds=wait_seconds(), reason="waiting for its environment")
             return Claim(decision, deployment)
         if decision is Decision.SUPERSEDED:
@@ -238,6 +241,20 @@ def deployment_claim(*, deployment_id: int, job: Job) -> Claim:
             return Claim(None, deployment)
         running.project = deployment.project
         return Claim(decision, running)
+
+
+def _record_wait(deployment: Deployment, behind: Deployment | None) -> None:
+    """Note for the timeline that ``deployment`` waits behind ``behind`` (once per blocker)."""
+    behind_id = behind.pk if behind is not None else None
+    last = deployment.events.filter(kind=DeploymentEvent.WAITING).order_by("-at", "-id").first()
+    if last is not None and last.details.get("behind") == behind_id:
+        return
+    DeploymentEvent.objects.create(
+        deployment=deployment,
+        kind=DeploymentEvent.WAITING,
+        at=timezone.now(),
+        details={"behind": behind_id, "behind_status": behind.status if behind else None},
+    )
 
 
 def wait_seconds() -> float:

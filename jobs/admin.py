@@ -1,11 +1,21 @@
-"""Operators inspect, retry and cancel jobs here; every action calls the job services."""
+"""Operators inspect, retry and cancel jobs here; every action calls the job services.
+
+Retry and cancel go through ``jobs.owners``: a job that belongs to a deployment or a webhook
+delivery is retried or cancelled by its owner's rules, and the list shows the owner's status.
+"""
+
+import json
 
 from django.contrib import admin, messages
+from django.contrib.admin.views.main import ChangeList
+from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
+from django.shortcuts import get_object_or_404, redirect
+from django.urls import path
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
-from jobs import attempts, services, tokens
+from jobs import attempts, owners, tokens
 from jobs.errors import IllegalTransition, JobNotFound
 from jobs.models import (
     FINISHED,
@@ -16,6 +26,7 @@ from jobs.models import (
     MaintenanceRun,
     Notification,
 )
+from jobs.permissions import allowed
 from jobs.selectors import OVERDUE_INTERVALS, maintenance_status
 from project.admin_permissions import permission_check
 
@@ -41,6 +52,49 @@ def _second(when) -> str:
     return when.strftime("%Y-%m-%d %H:%M:%S") if when else "—"
 
 
+def pretty_json(value):
+    """Render JSON for a read-only page: indented, wrapped, escaped."""
+    if value is None:
+        return "—"
+    return format_html(
+        '<pre class="console-pre">{}</pre>',
+        json.dumps(value, indent=2, sort_keys=True, default=str),
+    )
+
+
+def _to_the_second(field: str):
+    """A read-only display of a datetime field to the second (the admin shows minutes)."""
+
+    @admin.display(description=field.replace("_", " "), ordering=field)
+    def show(self, job: Job) -> str:
+        return _second(getattr(job, field))
+
+    return show
+
+
+class OwnerFilter(admin.SimpleListFilter):
+    title = "owner"
+    parameter_name = "owner"
+
+    def lookups(self, request, model_admin):
+        return [("failed", "Owner failed (deployment failed, delivery dead)")]
+
+    def queryset(self, request, queryset):
+        if self.value() == "failed":
+            return queryset.filter(owners.failed_owner_filter())
+        return queryset
+
+
+class JobChangeList(ChangeList):
+    """Looks up the owners of a page of jobs in one query per owning app."""
+
+    def get_results(self, request):
+        super().get_results(request)
+        found = owners.describe(self.result_list)
+        for job in self.result_list:
+            job.owner_info = found.get(job.pk)
+
+
 @admin.register(Job)
 class JobAdmin(admin.ModelAdmin):
     list_display = (
@@ -53,25 +107,143 @@ class JobAdmin(admin.ModelAdmin):
         "run_after",
         "created_at",
         "finished_at",
+        "owner_link",
         "short_error",
     )
-    list_filter = ("status", "reason", "queue", "task")
+    list_filter = ("status", OwnerFilter, "reason", "queue", "task")
     search_fields = ("=id", "task", "idempotency_key", "last_error")
     date_hierarchy = "created_at"
     ordering = ("-id",)
     list_per_page = 50
     show_full_result_count = False  # counting millions of rows on every page load is slow
     actions = ("retry_jobs", "cancel_jobs")
-    exclude = ("attempts_history",)  # shown as a table instead of raw JSON
-    readonly_fields = [f.name for f in Job._meta.fields if f.name != "attempts_history"] + [
-        "attempt_history"
-    ]
+    change_form_template = "admin/jobs/job/change_form.html"
+    TIMES = (
+        "run_after",
+        "created_at",
+        "started_at",
+        "finished_at",
+        "updated_at",
+        "lease_expires_at",
+        "cancel_requested_at",
+        "published_at",
+    )
+    fields = readonly_fields = (
+        "owner_link",
+        "task",
+        "queue",
+        "status",
+        "reason",
+        "priority",
+        "attempts",
+        "max_attempts",
+        "last_error",
+        "locked_by",
+        "idempotency_key",
+        "publish_count",
+        *(f"{name}_second" for name in TIMES),
+        "payload_pretty",
+        "result_pretty",
+        "attempt_history",
+    )
+    run_after_second = _to_the_second("run_after")
+    created_at_second = _to_the_second("created_at")
+    started_at_second = _to_the_second("started_at")
+    finished_at_second = _to_the_second("finished_at")
+    updated_at_second = _to_the_second("updated_at")
+    lease_expires_at_second = _to_the_second("lease_expires_at")
+    cancel_requested_at_second = _to_the_second("cancel_requested_at")
+    published_at_second = _to_the_second("published_at")
+    # Extra lookups the dashboard's links use.
+    EXTRA_LOOKUPS = ("finished_at__gte", "locked_by__startswith")
 
     def has_add_permission(self, request) -> bool:
         return False
 
     def has_change_permission(self, request, obj=None) -> bool:
-        return False
+        return False  # read-only: retry and cancel are buttons and actions
+
+    def has_retry_permission(self, request, obj=None) -> bool:
+        return allowed(request.user, "job.retry")
+
+    def has_cancel_permission(self, request, obj=None) -> bool:
+        return allowed(request.user, "job.cancel")
+
+    def lookup_allowed(self, lookup, value, request=None) -> bool:
+        return lookup in self.EXTRA_LOOKUPS or super().lookup_allowed(lookup, value, request)
+
+    def get_changelist(self, request, **kwargs):
+        return JobChangeList
+
+    def get_urls(self):
+        view = self.admin_site.admin_view
+        return [
+            path("<int:job_id>/retry/", view(self.retry_view), name="jobs_job_retry"),
+            path("<int:job_id>/cancel/", view(self.cancel_view), name="jobs_job_cancel"),
+            *super().get_urls(),
+        ]
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        job = get_object_or_404(Job, pk=object_id)
+        owner = owners.owner_of(job.task)
+        extra = {
+            "can_retry": job.status in (JobStatus.DEAD, JobStatus.CANCELLED)
+            and self.has_retry_permission(request),
+            "can_cancel": job.status not in FINISHED and self.has_cancel_permission(request),
+            "owner_notes": owner.notes if owner else {},
+            "title": f"Job {job.pk}: {job.task} [{job.get_status_display()}]",
+            **(extra_context or {}),
+        }
+        return super().change_view(request, object_id, form_url, extra)
+
+    def _button(self, request, job_id: int, permission: str, action, verb: str):
+        if request.method != "POST":
+            return redirect("admin:jobs_job_change", job_id)
+        if not allowed(request.user, permission):
+            raise PermissionDenied
+        try:
+            job = action(job_id, actor=request.user.get_username())
+        except (IllegalTransition, JobNotFound) as exc:
+            self.message_user(request, str(exc), messages.ERROR)
+            return redirect("admin:jobs_job_change", job_id)
+        if job.pk != job_id:
+            self.message_user(
+                request,
+                f"{verb} job {job_id} through its owner: job {job.pk} does the work now.",
+                messages.SUCCESS,
+            )
+        else:
+            self.message_user(request, f"{verb} job {job_id}: now {job.status}.", messages.SUCCESS)
+        return redirect("admin:jobs_job_change", job.pk)
+
+    def retry_view(self, request, job_id: int):
+        return self._button(request, job_id, "job.retry", owners.job_retry, "Retried")
+
+    def cancel_view(self, request, job_id: int):
+        return self._button(request, job_id, "job.cancel", owners.job_cancel, "Cancelled")
+
+    @admin.display(description="owner")
+    def owner_link(self, job: Job):
+        info = getattr(job, "owner_info", None)
+        if info is None and not hasattr(job, "owner_info"):
+            info = owners.describe([job]).get(job.pk)
+        if info is None:
+            return "—"
+        return format_html(
+            '<a href="{}">{}</a> <span class="pill {}">{}</span>',
+            info.url,
+            info.label,
+            info.status,
+            info.status,
+        )
+
+    @admin.display(description="payload")
+    def payload_pretty(self, job: Job):
+        return pretty_json(job.payload)
+
+    @admin.display(description="result")
+    def result_pretty(self, job: Job):
+        return pretty_json(job.result)
 
     has_retry_job_permission = permission_check("retry_job")
     has_cancel_job_permission = permission_check("cancel_job")
@@ -122,12 +294,12 @@ class JobAdmin(admin.ModelAdmin):
 
     @admin.action(description="Retry selected dead/cancelled jobs", permissions=["retry_job"])
     def retry_jobs(self, request, queryset):
-        _run_for_each(self, request, queryset, services.job_retry, "Re-queued")
+        _run_for_each(self, request, queryset, owners.job_retry, "Re-queued")
 
     @admin.action(description="Cancel selected jobs", permissions=["cancel_job"])
     def cancel_jobs(self, request, queryset):
         _run_for_each(
-            self, request, queryset.exclude(status__in=FINISHED), services.job_cancel, "Cancelled"
+            self, request, queryset.exclude(status__in=FINISHED), owners.job_cancel, "Cancelled"
         )
 
 

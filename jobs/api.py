@@ -7,7 +7,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404
 from ninja import Field, Query, Router, Schema, Status
 
-from jobs import services
+from jobs import owners
 from jobs.attempts import history
 from jobs.auth import actor, require_scope
 from jobs.models import Job, JobReason, JobStatus, TokenScope
@@ -33,6 +33,13 @@ class AttemptOut(Schema):
     error: AttemptError | None
 
 
+class OwnerOut(Schema):
+    kind: str
+    id: int
+    label: str
+    status: str
+
+
 class JobOut(Schema):
     id: int
     task: str
@@ -53,6 +60,12 @@ class JobOut(Schema):
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+    owner: OwnerOut | None = Field(None, description="the deployment or delivery it works for")
+
+    @staticmethod
+    def resolve_owner(job: Job) -> dict | None:
+        info = owners.describe([job]).get(job.pk)
+        return None if info is None else vars(info)
 
     @staticmethod
     def resolve_attempts_history(job: Job) -> list[dict]:
@@ -134,11 +147,15 @@ def get_job(request: HttpRequest, job_id: int):
 
 
 @router.post(
-    "/jobs/{int:job_id}/retry", response=JobOut, summary="Queue a dead or cancelled job again"
+    "/jobs/{int:job_id}/retry",
+    response=JobOut,
+    summary="Queue a dead or cancelled job again (through its deployment or delivery)",
+    description="A job owned by a deployment retries the deployment (the new deployment's "
+    "job is returned); one owned by a webhook delivery replays the delivery (its new job).",
 )
 def retry_job(request: HttpRequest, job_id: int):
     require_scope(request, TokenScope.ADMIN)
-    return services.job_retry(job_id, actor=actor(request))
+    return owners.job_retry(job_id, actor=actor(request))
 
 
 @router.post(
@@ -146,4 +163,4 @@ def retry_job(request: HttpRequest, job_id: int):
 )
 def cancel_job(request: HttpRequest, job_id: int):
     require_scope(request, TokenScope.ADMIN)
-    return Status(202, services.job_cancel(job_id, actor=actor(request)))
+    return Status(202, owners.job_cancel(job_id, actor=actor(request)))

@@ -6,7 +6,8 @@ class JobsConfig(AppConfig):
     verbose_name = "Jobs"
 
     def ready(self) -> None:
-        # deadletter and shutdown connect Celery signal handlers; tasks registers the tasks.
-        from jobs import conf, deadletter, shutdown, tasks  # noqa: F401
+        # deadletter, shutdown and heartbeat connect Celery signal handlers; tasks registers
+        # the tasks.
+        from jobs import conf, deadletter, heartbeat, shutdown, tasks  # noqa: F401
 
         conf.validate()

@@ -253,3 +253,28 @@ class MaintenanceLock(models.Model):
 
     def __str__(self) -> str:
         return f"{self.runner} held by {self.holder or 'nobody'} until {self.expires_at}"
+
+
+class WorkerHeartbeat(models.Model):
+    """One Celery worker as it reports itself every few seconds (see jobs.heartbeat).
+
+    Written only by the worker it describes; a row not refreshed within three intervals is a
+    worker that is gone (killed, or its host lost). Rows gone for a day are deleted by the
+    next heartbeat of any worker.
+    """
+
+    name = models.CharField(max_length=200, unique=True, help_text="hostname/pid")
+    hostname = models.CharField(max_length=200)
+    pid = models.PositiveIntegerField()
+    queues = models.JSONField(default=list, blank=True)
+    pool = models.CharField(max_length=50, blank=True, default="")
+    concurrency = models.PositiveIntegerField(default=0)
+    started_at = models.DateTimeField()
+    last_seen_at = models.DateTimeField(db_index=True)
+    stopped_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["hostname", "pid"]
+
+    def __str__(self) -> str:
+        return self.name

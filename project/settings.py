@@ -38,7 +38,7 @@ CSRF_TRUSTED_ORIGINS = [
 ]
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    "project.apps.ConsoleAdminConfig",  # the stock admin with the console's site (dashboard)
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -47,6 +47,7 @@ INSTALLED_APPS = [
     "django_celery_beat",
     "django_celery_results",
     "axes",
+    "ninja",  # Swagger UI at /api/v1/docs from its static files, never a CDN
     "jobs",
     "webhooks",
     "deployments",
@@ -77,7 +78,7 @@ WSGI_APPLICATION = "project.wsgi.application"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [],
+        "DIRS": [BASE_DIR / "project" / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -134,6 +135,7 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
+STATICFILES_DIRS = [BASE_DIR / "project" / "static"]
 STATIC_ROOT.mkdir(exist_ok=True)
 WHITENOISE_USE_FINDERS = True
 DATA_UPLOAD_MAX_MEMORY_SIZE = 1024 * 1024
@@ -208,6 +210,10 @@ CONVEYOR_BATCH_SIZE = env.integer("CONVEYOR_BATCH_SIZE", 25, minimum=1, maximum=
 CONVEYOR_SHUTDOWN_GRACE = env.duration("CONVEYOR_SHUTDOWN_GRACE", "30s")
 # Log one ``job.succeeded`` line per successful job (off: the success path stays quiet).
 CONVEYOR_JOB_LOG_SUCCESS = env.boolean("CONVEYOR_JOB_LOG_SUCCESS", False)
+# How often each worker writes its WorkerHeartbeat row (jobs.heartbeat); 3 missed = gone.
+CONVEYOR_WORKER_HEARTBEAT = env.duration("CONVEYOR_WORKER_HEARTBEAT", "5s")
+# /metrics without a token: comma-separated addresses or networks (e.g. 10.0.0.0/8).
+CONVEYOR_METRICS_ALLOW = env.string("CONVEYOR_METRICS_ALLOW", "")
 CONVEYOR_REAPER_INTERVAL = env.duration("CONVEYOR_REAPER_INTERVAL", "1m")
 CONVEYOR_SWEEPER_INTERVAL = env.duration("CONVEYOR_SWEEPER_INTERVAL", "1m")
 CONVEYOR_SWEEPER_GRACE = env.duration("CONVEYOR_SWEEPER_GRACE", "1m")

@@ -3,8 +3,12 @@ from django.urls import path
 
 from project.api import api
 from project.health import healthz
+from project.metrics import metrics
+from project.views import home
 
 urlpatterns = [
+    path("", home, name="home"),
+    path("metrics", metrics, name="metrics"),
     path("healthz", healthz, name="healthz"),
     path("admin/", admin.site.urls),
     path("api/v1/", api.urls),

@@ -4,13 +4,19 @@ from datetime import timedelta
 
 from django import forms
 from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.db.models import Avg, Count, Max, Q
+from django.shortcuts import get_object_or_404, redirect
 from django.template.response import TemplateResponse
+from django.urls import path, reverse
 from django.utils import timezone
+from django.utils.html import format_html
 
+from jobs.permissions import allowed
 from project.admin_permissions import permission_check
 from webhooks import services, ssrf
 from webhooks.errors import WebhookError
-from webhooks.models import Delivery, DeliveryAttempt, Endpoint, Event
+from webhooks.models import Delivery, DeliveryAttempt, DeliveryStatus, Endpoint, Event
 from webhooks.topics import TOPICS
 
 
@@ -50,8 +56,60 @@ class EndpointForm(forms.ModelForm):
         return url
 
 
+# Each button of the endpoint page needs what the admin action doing the same needs.
+OPERATIONS = {
+    "rotate": "endpoint.rotate",
+    "test": "endpoint.test",
+    "enable": "endpoint.operate",
+    "disable": "endpoint.operate",
+    "replay-since": "endpoint.replay",
+}
+
+
+def _operations_allowed(user) -> dict:
+    can = {
+        "rotate": allowed(user, OPERATIONS["rotate"]),
+        "test": allowed(user, OPERATIONS["test"]),
+        "enable": allowed(user, OPERATIONS["enable"]),
+        "replay": allowed(user, OPERATIONS["replay-since"]),
+    }
+    return {**can, "any": any(can.values())}
+
+
 class ReplaySinceForm(forms.Form):
     since = forms.SplitDateTimeField(widget=admin.widgets.AdminSplitDateTime)
+
+
+STATS_WINDOW = timedelta(hours=24)
+LAST_FAILURES = 10
+
+
+def endpoint_stats(endpoint: Endpoint) -> dict:
+    """Success rate and latency of an endpoint's attempts in the last 24 h; last failures."""
+    since = timezone.now() - STATS_WINDOW
+    tries = DeliveryAttempt.objects.filter(delivery__endpoint=endpoint, started_at__gte=since)
+    summary = tries.aggregate(
+        total=Count("pk"),
+        ok=Count("pk", filter=Q(outcome="delivered")),
+        avg=Avg("latency_ms"),
+        slowest=Max("latency_ms"),
+    )
+    latencies = sorted(
+        tries.filter(latency_ms__isnull=False).values_list("latency_ms", flat=True)[:5000]
+    )
+    p95 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.95))] if latencies else None
+    failures = (
+        DeliveryAttempt.objects.filter(delivery__endpoint=endpoint)
+        .exclude(outcome="delivered")
+        .select_related("delivery__event")
+        .order_by("-started_at")[:LAST_FAILURES]
+    )
+    return {
+        **summary,
+        "rate": round(100 * summary["ok"] / summary["total"], 1) if summary["total"] else None,
+        "p95": p95,
+        "failures": list(failures),
+    }
 
 
 @admin.register(Endpoint)
@@ -71,6 +129,75 @@ class EndpointAdmin(admin.ModelAdmin):
         "updated_at",
     ]
     actions = ["enable", "disable", "rotate_secret", "send_test", "replay_since"]
+    change_form_template = "admin/webhooks/endpoint/change_form.html"
+
+    def get_urls(self):
+        view = self.admin_site.admin_view
+        return [
+            path(
+                "<int:endpoint_id>/operate/<str:operation>/",
+                view(self.operate_view),
+                name="webhooks_endpoint_operate",
+            ),
+            *super().get_urls(),
+        ]
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        endpoint = Endpoint.objects.filter(pk=object_id).first()
+        extra = dict(extra_context or {})
+        if endpoint is not None:
+            extra.update(
+                stats=endpoint_stats(endpoint),
+                can=_operations_allowed(request.user),
+                replay_form=ReplaySinceForm(
+                    initial={"since": timezone.now() - timedelta(hours=24)}
+                ),
+            )
+        return super().change_view(request, object_id, form_url, extra)
+
+    def operate_view(self, request, endpoint_id: int, operation: str):
+        """The endpoint page's buttons: rotate, test, enable, disable, replay-since (POST)."""
+        endpoint = get_object_or_404(Endpoint, pk=endpoint_id)
+        if request.method != "POST":
+            return redirect("admin:webhooks_endpoint_change", endpoint.pk)
+        needed = OPERATIONS.get(operation)
+        if needed is None or not allowed(request.user, needed):
+            raise PermissionDenied
+        actor = _actor(request)
+        try:
+            if operation == "rotate":
+                rotated = services.endpoint_rotate_secret(endpoint_id=endpoint.pk, actor=actor)
+                self.message_user(
+                    request,
+                    f"New signing secret (shown only now; the old one works for 24 h): "
+                    f"{rotated.secret}",
+                    messages.WARNING,
+                )
+            elif operation == "test":
+                delivery = services.endpoint_send_test(endpoint_id=endpoint.pk, actor=actor)
+                self.message_user(request, f"Test event sent: delivery {delivery.pk}.")
+            elif operation == "enable":
+                services.endpoint_enable(endpoint_id=endpoint.pk, actor=actor)
+                self.message_user(request, "Enabled.")
+            elif operation == "disable":
+                services.endpoint_disable(endpoint_id=endpoint.pk, actor=actor)
+                self.message_user(request, "Disabled.")
+            elif operation == "replay-since":
+                form = ReplaySinceForm(request.POST)
+                if not form.is_valid():
+                    self.message_user(
+                        request, "Give a date and time to replay from.", messages.ERROR
+                    )
+                else:
+                    count = services.delivery_replay_since(
+                        endpoint_id=endpoint.pk, since=form.cleaned_data["since"], actor=actor
+                    )
+                    self.message_user(request, f"Replayed {count} delivery(ies).")
+            else:
+                self.message_user(request, f"Unknown operation {operation!r}.", messages.ERROR)
+        except WebhookError as exc:
+            self.message_user(request, str(exc), messages.ERROR)
+        return redirect("admin:webhooks_endpoint_change", endpoint.pk)
 
     has_rotate_secret_permission = permission_check("rotate_secret")
     has_send_test_permission = permission_check("send_test")
@@ -185,26 +312,6 @@ class EndpointAdmin(admin.ModelAdmin):
         )
 
 
-class DeliveryAttemptInline(admin.TabularInline):
-    model = DeliveryAttempt
-    extra = 0
-    can_delete = False
-    fields = [
-        "number",
-        "started_at",
-        "outcome",
-        "status_code",
-        "latency_ms",
-        "address",
-        "error",
-        "response_body",
-    ]
-    readonly_fields = fields
-
-    def has_add_permission(self, request, obj=None) -> bool:
-        return False
-
-
 @admin.register(Delivery)
 class DeliveryAdmin(admin.ModelAdmin):
     list_display = [
@@ -222,10 +329,10 @@ class DeliveryAdmin(admin.ModelAdmin):
     list_per_page = 50
     search_fields = ["event__message_id"]
     date_hierarchy = "created_at"
-    inlines = [DeliveryAttemptInline]
     actions = ["replay"]
 
     has_replay_delivery_permission = permission_check("replay_delivery")
+    change_form_template = "admin/webhooks/delivery/change_form.html"
     readonly_fields = [
         "event_link",
         "endpoint",
@@ -242,23 +349,75 @@ class DeliveryAdmin(admin.ModelAdmin):
     ]
     fields = readonly_fields
 
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False  # a record of what was sent: read-only; replay is a button
+
+    def has_replay_permission(self, request, obj=None) -> bool:
+        return allowed(request.user, "delivery.replay")
+
+    def get_urls(self):
+        view = self.admin_site.admin_view
+        return [
+            path(
+                "<int:delivery_id>/replay/", view(self.replay_view), name="webhooks_delivery_replay"
+            ),
+            *super().get_urls(),
+        ]
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        delivery = Delivery.objects.filter(pk=object_id).first()
+        extra = dict(extra_context or {})
+        if delivery is not None:
+            extra.update(
+                delivery=delivery,
+                attempts=list(delivery.attempts.order_by("id")),
+                can_replay=self.has_replay_permission(request)
+                and delivery.status != DeliveryStatus.PENDING,
+                title=f"Delivery {delivery.pk}: {delivery.event.type} to {delivery.endpoint.url}",
+            )
+        return super().change_view(request, object_id, form_url, extra)
+
+    def replay_view(self, request, delivery_id: int):
+        if request.method != "POST":
+            return redirect("admin:webhooks_delivery_change", delivery_id)
+        if not self.has_replay_permission(request):
+            raise PermissionDenied
+        try:
+            delivery = services.delivery_replay(delivery_id=delivery_id, actor=_actor(request))
+            self.message_user(request, f"Replaying with job {delivery.job_id}.")
+        except WebhookError as exc:
+            self.message_user(request, str(exc), messages.ERROR)
+        return redirect("admin:webhooks_delivery_change", delivery_id)
+
     @admin.display(description="type", ordering="event__type")
     def event_type(self, obj: Delivery) -> str:
         return obj.event.type
 
     @admin.display(description="event")
     def event_link(self, obj: Delivery) -> str:
-        return f"{obj.event.message_id} ({obj.event.type})"
+        return format_html(
+            '<a href="{}">{} ({})</a>',
+            reverse("admin:webhooks_event_change", args=[obj.event_id]),
+            obj.event.message_id,
+            obj.event.type,
+        )
 
     @admin.display(description="job")
     def job_link(self, obj: Delivery) -> str:
         if obj.job is None:
             return "-"
-        return f"{obj.job.pk} [{obj.job.status}, attempt {obj.job.attempts}/{obj.job.max_attempts}]"
+        return format_html(
+            '<a href="{}">{}</a> [{}, attempt {}/{}]',
+            reverse("admin:jobs_job_change", args=[obj.job.pk]),
+            obj.job.pk,
+            obj.job.status,
+            obj.job.attempts,
+            obj.job.max_attempts,
+        )
 
     @admin.display(description="body")
     def body(self, obj: Delivery) -> str:
-        return obj.event.body
+        return format_html('<pre class="console-pre">{}</pre>', obj.event.body)
 
     def has_add_permission(self, request) -> bool:
         return False

@@ -11,8 +11,8 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from jobs.models import FINISHED, AuditLog
-from jobs.services import notify_staff
+from jobs.models import FINISHED, AuditLog, Job
+from jobs.services import job_cancel, notify_staff
 from webhooks import conf, ssrf
 from webhooks.dispatch import enqueue_deliveries, event_create
 from webhooks.errors import (
@@ -295,6 +295,28 @@ def delivery_replay_since(
             count=replayed,
         )
     return replayed
+
+
+def delivery_cancel(*, delivery_id: int, job_id: int, actor: str) -> Job:
+    """Cancel a delivery's job and end the delivery (``dead``, "cancelled by <actor>").
+
+    The delivery ends only while ``job_id`` is still its job; a cancel of a running attempt
+    stops nothing already on the wire, but no further attempt is made. Does not count toward
+    disabling the endpoint. Raises DeliveryNotFound, or IllegalTransition for a finished job.
+    """
+    with transaction.atomic():
+        delivery = Delivery.objects.select_for_update().filter(pk=delivery_id).first()
+        if delivery is None:
+            raise DeliveryNotFound(f"webhook delivery {delivery_id} does not exist")
+        job = job_cancel(job_id, actor=actor)
+        delivery_move(
+            Q(pk=delivery.pk, job_id=job_id),
+            S.DEAD,
+            from_=[S.PENDING],
+            last_error=f"cancelled by {actor}",
+        )
+        _audit(actor, "webhook.delivery_cancel", "webhook_delivery", delivery.pk, job=job_id)
+    return job
 
 
 def delivery_mark_dead(job) -> bool:

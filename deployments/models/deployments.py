@@ -225,3 +225,25 @@ class LogChunk(models.Model):
 
     def __str__(self) -> str:
         return f"{self.deployment_id}:{self.sequence} @{self.offset}+{self.size}"
+
+
+class DeploymentEvent(models.Model):
+    """A moment in a deployment's life that no other row records (e.g. waiting behind another).
+
+    The timeline (deployments.timeline) builds the rest from the deployment's own timestamps,
+    its step runs, the AuditLog, its job and its webhook deliveries.
+    """
+
+    WAITING = "waiting"
+
+    deployment = models.ForeignKey(Deployment, on_delete=models.CASCADE, related_name="events")
+    kind = models.CharField(max_length=32)
+    at = models.DateTimeField()
+    details = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["deployment", "at", "id"]
+        indexes = [models.Index(fields=["deployment", "at"], name="deployment_event_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.deployment_id} {self.kind} at {self.at:%H:%M:%S}"

@@ -1,0 +1,81 @@
+"""Deployments own their ``deployments.run`` jobs: how the Jobs pages show and act on them.
+
+A retry of the job is a retry of the deployment (a new deployment with ``retry_of``, only
+once the old one has finished); a cancel is the deployment's cancel. Registered with the
+job engine in ``DeploymentsConfig.ready``.
+"""
+
+from django.urls import reverse
+
+from deployments import services
+from deployments.errors import DeploymentError
+from deployments.models import Deployment, DeploymentStatus
+from jobs import owners
+from jobs.models import Job
+
+
+def _describe(jobs: list[Job]) -> dict[int, owners.OwnerInfo]:
+    ids = {job.pk: (job.payload or {}).get("deployment_id") for job in jobs}
+    found = Deployment.objects.select_related("project").in_bulk(
+        [i for i in ids.values() if i is not None]
+    )
+    described = {}
+    for job_id, deployment_id in ids.items():
+        deployment = found.get(deployment_id)
+        if deployment is None:
+            continue
+        described[job_id] = owners.OwnerInfo(
+            kind="deployment",
+            id=deployment.pk,
+            label=f"deployment {deployment.pk} ({deployment.project.slug}/"
+            f"{deployment.environment}@{deployment.ref})",
+            status=deployment.status,
+            url=reverse("admin:deployments_deployment_change", args=[deployment.pk]),
+            failed=deployment.status == DeploymentStatus.FAILED,
+        )
+    return described
+
+
+def _deployment_id(job: Job) -> int:
+    deployment_id = (job.payload or {}).get("deployment_id")
+    if deployment_id is None:
+        raise owners.OwnerRefused(f"job {job.pk} names no deployment")
+    return int(deployment_id)
+
+
+def _retry(job: Job, actor: str) -> Job:
+    try:
+        new = services.deployment_retry(deployment_id=_deployment_id(job), triggered_by=actor)
+    except DeploymentError as exc:
+        raise owners.OwnerRefused(str(exc)) from exc
+    return Job.objects.get(pk=new.job_id)
+
+
+def _cancel(job: Job, actor: str) -> Job:
+    try:
+        services.deployment_cancel(deployment_id=_deployment_id(job), actor=actor)
+    except DeploymentError as exc:
+        raise owners.OwnerRefused(str(exc)) from exc
+    return Job.objects.get(pk=job.pk)
+
+
+def _failed_job_ids():
+    return Deployment.objects.filter(status=DeploymentStatus.FAILED, job_id__isnull=False).values(
+        "job_id"
+    )
+
+
+OWNER = owners.Owner(
+    describe=_describe,
+    retry=_retry,
+    cancel=_cancel,
+    failed_job_ids=_failed_job_ids,
+    notes={
+        "retry": "Retry creates a new deployment (retry_of this one) once it has finished.",
+        "cancel": "Cancel cancels the deployment (a running one is stopped first).",
+    },
+)
+
+
+def register() -> None:
+    owners.register(services.RUN_TASK, OWNER)

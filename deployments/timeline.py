@@ -1,0 +1,264 @@
+"""One causal timeline of a deployment: every event, in time order, from every row that saw it.
+
+Sources, none of them written for the timeline except ``DeploymentEvent``:
+
+* the deployment's own timestamps — created (by whom), claimed (by which worker), cancel
+  requested, finished (with its reason);
+* ``DeploymentEvent`` — waiting for the environment, behind which deployment;
+* the AuditLog — who cancelled or retried it;
+* its step runs — each step's start, exit code and duration;
+* its job — each attempt's end (worker, outcome, reason);
+* its webhook events, every delivery attempt of them (endpoint, status code, latency) and the
+  in-app notifications it caused.
+
+Each entry is ``{"at", "kind", "summary", ...details}``; ``kind`` is one of KINDS.
+"""
+
+from datetime import datetime
+
+from django.db.models import Q
+
+from deployments.models import Deployment, DeploymentEvent, StepRun
+from jobs import attempts
+from jobs.models import AuditLog, Job, Notification
+from webhooks.models import DeliveryAttempt, Event
+
+KINDS = (
+    "created",
+    "waiting",
+    "claimed",
+    "step_started",
+    "step_finished",
+    "cancel_requested",
+    "job_attempt",
+    "finished",
+    "retried",
+    "webhook_event",
+    "delivery_attempt",
+    "notification",
+)
+# Cap per source, so a deployment with a runaway receiver still gives a bounded answer.
+LIMIT_PER_SOURCE = 500
+
+
+def _seconds(start: datetime | None, end: datetime | None) -> float | None:
+    if start and end:
+        return round((end - start).total_seconds(), 3)
+    return None
+
+
+def _entry(at, kind: str, summary: str, **details) -> dict:
+    return {"at": at, "kind": kind, "summary": summary, **details}
+
+
+def deployment_timeline(deployment: Deployment) -> list[dict]:
+    """Return every event of ``deployment`` in time order (ties keep causal order)."""
+    d = deployment
+    entries = [
+        _entry(
+            d.created_at,
+            "created",
+            f"created by {d.triggered_by}"
+            + (f" as attempt {d.attempt}, retry of #{d.retry_of_id}" if d.retry_of_id else ""),
+            actor=d.triggered_by,
+            retry_of=d.retry_of_id,
+            attempt=d.attempt,
+            job_id=d.job_id,
+        )
+    ]
+    for event in DeploymentEvent.objects.filter(deployment=d)[:LIMIT_PER_SOURCE]:
+        behind = event.details.get("behind")
+        entries.append(
+            _entry(
+                event.at,
+                event.kind,
+                f"waiting for {d.environment} behind deployment #{behind}"
+                if behind
+                else f"waiting for {d.environment}",
+                behind=behind,
+            )
+        )
+    if d.started_at:
+        entries.append(
+            _entry(
+                d.started_at,
+                "claimed",
+                f"claimed by worker {d.worker or '?'}",
+                worker=d.worker,
+                job_id=d.job_id,
+            )
+        )
+    entries += _steps(d)
+    entries += _audit(d)
+    if d.cancel_requested_at and not any(e["kind"] == "cancel_requested" for e in entries):
+        entries.append(
+            _entry(
+                d.cancel_requested_at,
+                "cancel_requested",
+                f"stop requested ({d.failure_reason or 'cancel'})",
+                actor="policy" if d.failure_reason == "superseded" else "",
+            )
+        )
+    entries += _job_attempts(d)
+    if d.finished_at:
+        reason = f" ({d.failure_reason})" if d.failure_reason else ""
+        entries.append(
+            _entry(
+                d.finished_at,
+                "finished",
+                f"finished {d.status}{reason}",
+                status=d.status,
+                failure_reason=d.failure_reason or None,
+                error=d.error[:1000] or None,
+                duration_seconds=_seconds(d.started_at, d.finished_at),
+            )
+        )
+    entries += _webhooks(d)
+    entries += _notifications(d)
+    order = {kind: index for index, kind in enumerate(KINDS)}
+    entries.sort(key=lambda e: (e["at"], order.get(e["kind"], 99)))
+    return entries
+
+
+def _steps(d: Deployment) -> list[dict]:
+    found = []
+    for run in StepRun.objects.filter(deployment=d).order_by("position"):
+        if run.started_at:
+            found.append(
+                _entry(
+                    run.started_at,
+                    "step_started",
+                    f"step {run.position} {run.name} started",
+                    step=run.name,
+                    position=run.position,
+                )
+            )
+        if run.finished_at:
+            exit_text = "" if run.exit_code is None else f", exit {run.exit_code}"
+            seconds = _seconds(run.started_at, run.finished_at)
+            found.append(
+                _entry(
+                    run.finished_at,
+                    "step_finished",
+                    f"step {run.position} {run.name} {run.status}{exit_text}"
+                    + (f" after {seconds:.1f}s" if seconds is not None else ""),
+                    step=run.name,
+                    position=run.position,
+                    status=run.status,
+                    exit_code=run.exit_code,
+                    duration_seconds=seconds,
+                )
+            )
+    return found
+
+
+def _audit(d: Deployment) -> list[dict]:
+    found = []
+    rows = AuditLog.objects.filter(target_type="deployment", target_id=str(d.pk)).order_by("at")
+    for row in rows[:LIMIT_PER_SOURCE]:
+        if row.action == "deployment.cancel":
+            found.append(
+                _entry(
+                    row.at, "cancel_requested", f"cancel requested by {row.actor}", actor=row.actor
+                )
+            )
+        elif row.action == "deployment.retry":
+            new = row.details.get("new_deployment")
+            found.append(
+                _entry(
+                    row.at,
+                    "retried",
+                    f"retried by {row.actor} as deployment #{new}",
+                    actor=row.actor,
+                    new_deployment=new,
+                )
+            )
+    return found
+
+
+def _job_attempts(d: Deployment) -> list[dict]:
+    job = Job.objects.filter(pk=d.job_id).first() if d.job_id else None
+    if job is None:
+        return []
+    found = []
+    for entry in attempts.history(job):
+        if entry["finished_at"] is None:
+            continue
+        reason = f" ({entry['reason']})" if entry["reason"] else ""
+        found.append(
+            _entry(
+                entry["finished_at"],
+                "job_attempt",
+                f"job {job.pk} attempt {entry['attempt']} on {entry['worker']}: "
+                f"{entry['outcome']}{reason}",
+                job_id=job.pk,
+                attempt=entry["attempt"],
+                worker=entry["worker"],
+                outcome=entry["outcome"],
+                reason=entry["reason"] or None,
+                error=attempts.describe(entry["error"]) or None,
+            )
+        )
+    return found
+
+
+def _webhooks(d: Deployment) -> list[dict]:
+    events = list(
+        Event.objects.filter(
+            type__startswith="deployment.", body__contains=f'"deployment_id":{d.pk},'
+        ).order_by("created_at")[:LIMIT_PER_SOURCE]
+    )
+    found = [
+        _entry(
+            event.created_at,
+            "webhook_event",
+            f"event {event.type} ({event.message_id})",
+            topic=event.type,
+            event_id=event.message_id,
+        )
+        for event in events
+    ]
+    tries = (
+        DeliveryAttempt.objects.filter(delivery__event__in=events)
+        .select_related("delivery__endpoint", "delivery__event")
+        .order_by("started_at")[:LIMIT_PER_SOURCE]
+    )
+    for attempt in tries:
+        code = attempt.status_code if attempt.status_code is not None else "no answer"
+        latency = f", {attempt.latency_ms} ms" if attempt.latency_ms is not None else ""
+        found.append(
+            _entry(
+                attempt.started_at,
+                "delivery_attempt",
+                f"{attempt.delivery.event.type} to {attempt.delivery.endpoint.url}: "
+                f"attempt {attempt.number}, {code}{latency} ({attempt.outcome})",
+                topic=attempt.delivery.event.type,
+                delivery_id=attempt.delivery_id,
+                endpoint=attempt.delivery.endpoint.url,
+                attempt=attempt.number,
+                status_code=attempt.status_code,
+                latency_ms=attempt.latency_ms,
+                outcome=attempt.outcome,
+                error=attempt.error or None,
+            )
+        )
+    return found
+
+
+def _notifications(d: Deployment) -> list[dict]:
+    rows = (
+        Notification.objects.filter(Q(data__deployment_id=d.pk))
+        .select_related("recipient")
+        .order_by("created_at")[:LIMIT_PER_SOURCE]
+    )
+    return [
+        _entry(
+            n.created_at,
+            "notification",
+            f"notified {n.recipient.get_username()}: {n.title}",
+            recipient=n.recipient.get_username(),
+            topic=n.topic,
+            title=n.title,
+        )
+        for n in rows
+    ]

@@ -1,0 +1,116 @@
+"""Worker heartbeats: each Celery worker writes its own ``WorkerHeartbeat`` row every few seconds.
+
+A daemon thread started when the worker is ready (``worker_ready``) upserts the row with the
+worker's queues, pool and concurrency and ``last_seen_at = now`` every
+``CONVEYOR_WORKER_HEARTBEAT`` (5s); a graceful shutdown stamps ``stopped_at``. The dashboard
+shows a worker not seen for three intervals as gone, and what each live worker is running
+from the job rows it holds (``locked_by`` starts with its node name). A failed write is
+logged and tried again on the next beat: the heartbeat must never take a worker down.
+"""
+
+import logging
+import os
+import socket
+import threading
+from datetime import timedelta
+
+from celery import signals
+from django.conf import settings
+from django.db import close_old_connections, connection
+from django.utils import timezone
+
+from jobs.models import WorkerHeartbeat
+
+logger = logging.getLogger("jobs")
+# A worker missing this many beats is shown as gone.
+GONE_AFTER_BEATS = 3
+# Rows of workers gone this long are deleted (by any live worker's beat).
+FORGET_AFTER = timedelta(days=1)
+
+_state: dict[str, object] = {"thread": None, "stop": None, "name": None}
+
+
+def interval() -> timedelta:
+    return settings.CONVEYOR_WORKER_HEARTBEAT
+
+
+def gone_before(now=None) -> timezone.datetime:
+    """Return the ``last_seen_at`` before which a worker counts as gone."""
+    return (now or timezone.now()) - GONE_AFTER_BEATS * interval()
+
+
+def beat(*, name: str, queues: list[str], pool: str, concurrency: int, started_at) -> None:
+    """Write this worker's row (one upsert) and forget workers gone for a day."""
+    now = timezone.now()
+    WorkerHeartbeat.objects.update_or_create(
+        name=name,
+        defaults={
+            "hostname": socket.gethostname(),
+            "pid": os.getpid(),
+            "queues": queues,
+            "pool": pool,
+            "concurrency": concurrency,
+            "started_at": started_at,
+            "last_seen_at": now,
+            "stopped_at": None,
+        },
+    )
+    WorkerHeartbeat.objects.filter(last_seen_at__lt=now - FORGET_AFTER).delete()
+
+
+def _loop(stop: threading.Event, info: dict) -> None:
+    while True:
+        try:
+            close_old_connections()
+            beat(**info)
+        except Exception:
+            logger.exception("worker.heartbeat_failed", extra={"worker": info["name"]})
+        if stop.wait(interval().total_seconds()):
+            break
+    connection.close()
+
+
+def _describe(consumer) -> dict:
+    controller = getattr(consumer, "controller", None)
+    pool = getattr(controller, "pool_cls", None) or getattr(controller, "pool", None)
+    pool_name = getattr(pool, "__module__", "").rsplit(".", 1)[-1] if pool else ""
+    try:
+        queues = sorted(q.name for q in consumer.task_consumer.queues)
+    except AttributeError:
+        queues = sorted(consumer.app.amqp.queues.consume_from or [])
+    return {
+        "name": consumer.hostname,
+        "queues": queues,
+        "pool": pool_name,
+        "concurrency": int(getattr(controller, "concurrency", 0) or 0),
+        "started_at": timezone.now(),
+    }
+
+
+@signals.worker_ready.connect(dispatch_uid="jobs.heartbeat.start")
+def start(sender=None, **kwargs) -> None:
+    """Start this worker's heartbeat thread (once per worker process)."""
+    if _state["thread"] is not None:
+        return
+    info = _describe(sender)
+    stop = threading.Event()
+    thread = threading.Thread(
+        target=_loop, args=(stop, info), name="conveyor-heartbeat", daemon=True
+    )
+    _state.update(thread=thread, stop=stop, name=info["name"])
+    thread.start()
+
+
+@signals.worker_shutdown.connect(dispatch_uid="jobs.heartbeat.stop")
+def stop(sender=None, **kwargs) -> None:
+    """Stop the thread and stamp ``stopped_at``, so the dashboard shows a clean stop."""
+    if _state["thread"] is None:
+        return
+    _state["stop"].set()
+    _state["thread"].join(timeout=5)
+    try:
+        close_old_connections()
+        WorkerHeartbeat.objects.filter(name=_state["name"]).update(stopped_at=timezone.now())
+    except Exception:
+        logger.exception("worker.heartbeat_stop_failed", extra={"worker": _state["name"]})
+    _state["thread"] = None

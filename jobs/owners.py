@@ -1,0 +1,110 @@
+"""The one hook through which an app that owns jobs tells the engine about them.
+
+The engine imports no app. An app whose task's jobs belong to one of its rows (deployments
+own ``deployments.run``, webhooks own ``webhooks.deliver``) registers, per task name, an
+``Owner`` that:
+
+* ``describe(jobs)`` — says, for a batch of jobs, which row owns each one, its status and
+  where it is shown (for the Jobs list, the job page and the API);
+* ``retry(job, actor)`` / ``cancel(job, actor)`` — carries out an operator's retry or cancel
+  of the job through the owner's own rules (a deployment retry is a new deployment; a
+  delivery retry is a replay), returning the job that now does the work;
+* ``failed_job_ids()`` — a queryset of ids of jobs whose owner failed, however the job
+  itself ended (a deployment's job succeeds even when the deployment fails).
+
+``job_retry`` and ``job_cancel`` here are what operators' edges (admin, API) call: through
+the owner when there is one, the plain engine services otherwise. The owners themselves
+call ``jobs.services`` directly, never these, so nothing loops.
+"""
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from django.db.models import Q, QuerySet
+
+from jobs import services
+from jobs.errors import IllegalTransition, JobNotFound
+from jobs.models import Job
+
+
+class OwnerRefused(IllegalTransition):
+    """The owner's rules turned the retry or cancel down (e.g. a running deployment)."""
+
+
+@dataclass(frozen=True)
+class OwnerInfo:
+    """What owns one job: a label such as ``deployment 12``, its status and its admin page."""
+
+    kind: str
+    id: int
+    label: str
+    status: str
+    url: str = ""
+    failed: bool = False
+
+
+@dataclass(frozen=True)
+class Owner:
+    describe: Callable[[list[Job]], dict[int, OwnerInfo]]
+    retry: Callable[[Job, str], Job]
+    cancel: Callable[[Job, str], Job]
+    failed_job_ids: Callable[[], QuerySet]
+    # Shown on the Jobs page next to the buttons, e.g. "Retry creates a new deployment".
+    notes: dict[str, str] = field(default_factory=dict)
+
+
+_OWNERS: dict[str, Owner] = {}
+
+
+def register(task: str, owner: Owner) -> None:
+    """Declare that ``task``'s jobs are owned, and how (called from an app's ``ready()``)."""
+    _OWNERS[task] = owner
+
+
+def owner_of(task: str) -> Owner | None:
+    return _OWNERS.get(task)
+
+
+def describe(jobs: Iterable[Job]) -> dict[int, OwnerInfo]:
+    """Return the owner of each job that has one, by job id (one query per owning app)."""
+    by_task: dict[str, list[Job]] = {}
+    for job in jobs:
+        if job.task in _OWNERS:
+            by_task.setdefault(job.task, []).append(job)
+    found: dict[int, OwnerInfo] = {}
+    for task, group in by_task.items():
+        found.update(_OWNERS[task].describe(group))
+    return found
+
+
+def failed_owner_filter() -> Q:
+    """Q matching jobs whose owner failed (for the Jobs list's "owner failed" filter)."""
+    where = Q(pk__in=[])
+    for task, owner in _OWNERS.items():
+        where |= Q(task=task, pk__in=owner.failed_job_ids())
+    return where
+
+
+def _job(job_id: int) -> Job:
+    job = Job.objects.filter(pk=job_id).first()
+    if job is None:
+        raise JobNotFound(f"job {job_id} does not exist")
+    return job
+
+
+def job_retry(job_id: int, *, actor: str) -> Job:
+    """Retry a job as an operator: through its owner if it has one. Returns the job now queued."""
+    job = _job(job_id)
+    owner = _OWNERS.get(job.task)
+    if owner is None:
+        return services.job_retry(job_id, actor=actor)
+    return owner.retry(job, actor)
+
+
+def job_cancel(job_id: int, *, actor: str) -> Job:
+    """Cancel a job as an operator: through its owner if it has one."""
+    job = _job(job_id)
+    owner = _OWNERS.get(job.task)
+    if owner is None:
+        return services.job_cancel(job_id, actor=actor)
+    return owner.cancel(job, actor)

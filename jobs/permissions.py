@@ -1,0 +1,29 @@
+"""Which permission each operator action needs, in one table, checked by one helper.
+
+Buttons and JSON views ask ``allowed(user, action)``; the table maps an action to the same
+custom permission its admin action declares (``@admin.action(permissions=[...])`` with
+``project.admin_permissions.permission_check``), so a button is allowed exactly when the
+action that does the same thing is.
+"""
+
+PERMISSIONS: dict[str, str] = {
+    "job.retry": "jobs.retry_job",
+    "job.cancel": "jobs.cancel_job",
+    "deployment.retry": "deployments.run_deployment",
+    "deployment.cancel": "deployments.cancel_deployment",
+    "delivery.replay": "webhooks.replay_delivery",
+    "endpoint.operate": "webhooks.change_endpoint",
+    "endpoint.rotate": "webhooks.rotate_secret",
+    "endpoint.test": "webhooks.send_test",
+    "endpoint.replay": "webhooks.replay_delivery",
+    "metrics.view": "jobs.view_job",
+}
+
+
+def permission_for(action: str) -> str:
+    return PERMISSIONS[action]
+
+
+def allowed(user, action: str) -> bool:
+    """Whether ``user`` may perform ``action`` (a key of PERMISSIONS)."""
+    return bool(user and user.is_active and user.has_perm(PERMISSIONS[action]))

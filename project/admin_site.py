@@ -1,0 +1,78 @@
+"""The console's admin site: the stock Django admin with a live dashboard as its first page.
+
+The index leads with the dashboard link and keeps the plumbing (django-celery-results, the
+beat schedules) out of the way in one "Plumbing" section at the end.
+"""
+
+from django.contrib import admin
+from django.core.exceptions import PermissionDenied
+from django.template.response import TemplateResponse
+from django.urls import path
+
+from jobs.permissions import allowed
+from project import charts, dashboard
+
+PLUMBING_APPS = ("django_celery_results", "django_celery_beat")
+# Beat models nobody here schedules with: hidden from the index (still reachable by URL).
+HIDDEN_MODELS = {("django_celery_beat", "clockedschedule"), ("django_celery_beat", "solarschedule")}
+REFRESH_SECONDS = 3
+
+
+class ConsoleAdminSite(admin.AdminSite):
+    site_header = "Conveyor console"
+    site_title = "Conveyor"
+    index_title = "Conveyor"
+    site_url = "/admin/dashboard/"
+
+    def get_urls(self):
+        return [
+            path("dashboard/", self.admin_view(self.dashboard_view), name="dashboard"),
+            *super().get_urls(),
+        ]
+
+    def get_app_list(self, request, app_label=None):
+        apps = super().get_app_list(request, app_label)
+        if app_label is not None:
+            return apps
+        main, plumbing = [], []
+        for app in apps:
+            if app["app_label"] in PLUMBING_APPS:
+                plumbing += [
+                    model
+                    for model in app["models"]
+                    if (app["app_label"], model["object_name"].lower()) not in HIDDEN_MODELS
+                ]
+            else:
+                main.append(app)
+        if plumbing:
+            main.append(
+                {
+                    "name": "Plumbing (Celery results and beat schedules)",
+                    "app_label": "django_celery_beat",
+                    "app_url": "",
+                    "has_module_perms": True,
+                    "models": plumbing,
+                }
+            )
+        return main
+
+    def dashboard_view(self, request):
+        """The live dashboard: queues, charts, workers, deployments in flight."""
+        if not allowed(request.user, "metrics.view"):
+            raise PermissionDenied
+        range_name = request.GET.get("range", "1h")
+        data = dashboard.dashboard(range_name)
+        points = data["chart"]["points"]
+        label_every = 10 if data["chart"]["range"] == "1h" else 3
+        fmt = "%H:%M"
+        context = {
+            **self.each_context(request),
+            "title": "Dashboard",
+            "refresh_seconds": REFRESH_SECONDS,
+            "chart_svg": charts.stacked_bars(points, label_every=label_every, fmt=fmt),
+            "chart_total_ok": sum(p["succeeded"] for p in points),
+            "chart_total_failed": sum(p["failed"] for p in points),
+            "ranges": list(dashboard.RANGES),
+            **data,
+        }
+        return TemplateResponse(request, "admin/console/dashboard.html", context)

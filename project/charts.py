@@ -1,0 +1,65 @@
+"""Server-rendered SVG bar charts for the dashboard: no JavaScript library, no CDN."""
+
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
+
+WIDTH, HEIGHT = 720, 160
+PAD_LEFT, PAD_BOTTOM, PAD_TOP = 36, 18, 8
+OK_COLOR, FAIL_COLOR = "#2e7d32", "#ba2121"
+
+
+def stacked_bars(points: list[dict], *, label_every: int = 10, fmt: str = "%H:%M") -> SafeString:
+    """Draw ``points`` (``at``, ``succeeded``, ``failed``) as stacked bars with a y axis."""
+    if not points:
+        return SafeString("")
+    top = max(max(p["succeeded"] + p["failed"] for p in points), 1)
+    plot_w, plot_h = WIDTH - PAD_LEFT, HEIGHT - PAD_BOTTOM - PAD_TOP
+    slot = plot_w / len(points)
+    bar = max(slot - 1, 1)
+    rects = []
+    for i, p in enumerate(points):
+        x = PAD_LEFT + i * slot
+        ok_h = plot_h * p["succeeded"] / top
+        fail_h = plot_h * p["failed"] / top
+        when = p["at"].strftime(fmt)
+        title = f"{when}: {p['succeeded']} succeeded, {p['failed']} failed"
+        base = PAD_TOP + plot_h
+        rects.append((x, base - ok_h, bar, ok_h, OK_COLOR, title))
+        rects.append((x, base - ok_h - fail_h, bar, fail_h, FAIL_COLOR, title))
+    bars = format_html_join(
+        "",
+        '<rect x="{}" y="{}" width="{}" height="{}" fill="{}"><title>{}</title></rect>',
+        (
+            (f"{x:.1f}", f"{y:.1f}", f"{w:.1f}", f"{h:.1f}", c, t)
+            for x, y, w, h, c, t in rects
+            if h > 0
+        ),
+    )
+    labels = format_html_join(
+        "",
+        '<text x="{}" y="{}" font-size="10" fill="#666">{}</text>',
+        (
+            (f"{PAD_LEFT + i * slot:.1f}", HEIGHT - 4, p["at"].strftime(fmt))
+            for i, p in enumerate(points)
+            if i % label_every == 0
+        ),
+    )
+    return format_html(
+        '<svg class="console-chart" viewBox="0 0 {w} {h}" width="100%" role="img" '
+        'aria-label="{aria}">'
+        '<line x1="{pl}" y1="{pt}" x2="{pl}" y2="{base}" stroke="#999"/>'
+        '<line x1="{pl}" y1="{base}" x2="{w}" y2="{base}" stroke="#999"/>'
+        '<text x="2" y="{ytop}" font-size="10" fill="#666">{top}</text>'
+        '<text x="2" y="{base}" font-size="10" fill="#666">0</text>{bars}{labels}</svg>',
+        w=WIDTH,
+        h=HEIGHT,
+        pl=PAD_LEFT,
+        pt=PAD_TOP,
+        base=PAD_TOP + plot_h,
+        ytop=PAD_TOP + 8,
+        top=top,
+        bars=bars,
+        labels=labels,
+        aria=f"{sum(p['succeeded'] for p in points)} succeeded, "
+        f"{sum(p['failed'] for p in points)} failed",
+    )

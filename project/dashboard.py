@@ -1,0 +1,232 @@
+"""What the operator's dashboard shows: queues, throughput, workers, deployments in flight.
+
+Every figure is read from the database (and the broker's own queue lengths) when the page is
+drawn, so every web process shows the same numbers; each comes with the admin list it counts.
+"""
+
+import logging
+from datetime import timedelta
+from urllib.parse import urlencode
+
+from django.db.models import Count, Min, Q
+from django.db.models.functions import TruncHour, TruncMinute
+from django.urls import reverse
+from django.utils import timezone
+
+from deployments.models import ACTIVE, Deployment, DeploymentStatus, StepRun, StepStatus
+from jobs import heartbeat
+from jobs.models import Job, JobStatus, WorkerHeartbeat
+from project.celery import QUEUES, app
+
+logger = logging.getLogger(__name__)
+DEAD_WINDOW = timedelta(hours=24)
+# Chart ranges: name -> (span, bucket size, truncation).
+RANGES = {
+    "1h": (timedelta(hours=1), timedelta(minutes=1), TruncMinute),
+    "24h": (timedelta(hours=24), timedelta(hours=1), TruncHour),
+}
+
+
+def _jobs_url(**filters) -> str:
+    return reverse("admin:jobs_job_changelist") + "?" + urlencode(filters)
+
+
+def _stamp(when) -> str:
+    return when.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def broker_depths(queues) -> dict[str, int | None]:
+    """Return each queue's message count as the broker reports it (None if unknown)."""
+    depths: dict[str, int | None] = dict.fromkeys(queues)
+    try:
+        with app.connection_for_read() as conn:
+            conn.ensure_connection(max_retries=1, timeout=2)
+            channel = conn.default_channel
+            for name in queues:
+                try:
+                    size = getattr(channel, "_size", None)  # kombu's virtual transports
+                    if size is not None:
+                        depths[name] = int(size(name))
+                    else:
+                        depths[name] = channel.queue_declare(name, passive=True).message_count
+                except Exception:
+                    depths[name] = None
+    except Exception as exc:
+        logger.warning("dashboard.broker_failed", extra={"error": str(exc)})
+    return depths
+
+
+def queue_rows(now=None) -> list[dict]:
+    """Per queue: queued, running, retrying, dead in 24 h, oldest queued age, broker depth."""
+    now = now or timezone.now()
+    names = set(QUEUES) | set(Job.objects.values_list("queue", flat=True).distinct())
+    counts = {
+        (row["queue"], row["status"]): row["n"]
+        for row in Job.objects.filter(
+            status__in=[JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.RETRYING]
+        )
+        .values("queue", "status")
+        .annotate(n=Count("pk"))
+        .order_by()
+    }
+    since = now - DEAD_WINDOW
+    dead = dict(
+        Job.objects.filter(status=JobStatus.DEAD, finished_at__gte=since)
+        .values_list("queue")
+        .annotate(n=Count("pk"))
+        .order_by()
+    )
+    oldest = dict(
+        Job.objects.filter(status=JobStatus.QUEUED, run_after__lte=now)
+        .values_list("queue")
+        .annotate(t=Min("run_after"))
+        .order_by()
+    )
+    depths = broker_depths(sorted(names))
+    rows = []
+    for name in sorted(names):
+        age = (now - oldest[name]).total_seconds() if name in oldest else None
+        rows.append(
+            {
+                "queue": name,
+                "queued": counts.get((name, JobStatus.QUEUED), 0),
+                "queued_url": _jobs_url(queue=name, status__exact=JobStatus.QUEUED),
+                "running": counts.get((name, JobStatus.RUNNING), 0),
+                "running_url": _jobs_url(queue=name, status__exact=JobStatus.RUNNING),
+                "retrying": counts.get((name, JobStatus.RETRYING), 0),
+                "retrying_url": _jobs_url(queue=name, status__exact=JobStatus.RETRYING),
+                "dead_24h": dead.get(name, 0),
+                "dead_24h_url": _jobs_url(
+                    queue=name, status__exact=JobStatus.DEAD, finished_at__gte=_stamp(since)
+                ),
+                "oldest_age": age,
+                "oldest_url": _jobs_url(queue=name, status__exact=JobStatus.QUEUED),
+                "broker_depth": depths.get(name),
+            }
+        )
+    return rows
+
+
+def throughput(range_name: str = "1h", now=None) -> dict:
+    """Jobs that finished per bucket: succeeded, and failures (dead, or failed for a retry).
+
+    A failure is counted when the attempt ended: dead jobs by ``finished_at``, retrying jobs
+    by ``updated_at`` (their last failure); a job retried many times counts once, at its last.
+    """
+    span, step, trunc = RANGES[range_name]
+    now = now or timezone.now()
+    first = now - span
+    buckets = []
+    t = now.replace(second=0, microsecond=0)
+    if step >= timedelta(hours=1):
+        t = t.replace(minute=0)
+    while t > first - step and len(buckets) < 200:
+        buckets.append(t)
+        t -= step
+    buckets.reverse()
+    ok = dict(
+        Job.objects.filter(status=JobStatus.SUCCEEDED, finished_at__gte=buckets[0])
+        .annotate(b=trunc("finished_at"))
+        .values_list("b")
+        .annotate(n=Count("pk"))
+        .order_by()
+    )
+    failed: dict = {}
+    for field, status in (("finished_at", JobStatus.DEAD), ("updated_at", JobStatus.RETRYING)):
+        rows = (
+            Job.objects.filter(Q(status=status), **{f"{field}__gte": buckets[0]})
+            .annotate(b=trunc(field))
+            .values_list("b")
+            .annotate(n=Count("pk"))
+            .order_by()
+        )
+        for bucket, n in rows:
+            failed[bucket] = failed.get(bucket, 0) + n
+    return {
+        "range": range_name,
+        "step_seconds": int(step.total_seconds()),
+        "points": [
+            {"at": b, "succeeded": ok.get(b, 0), "failed": failed.get(b, 0)} for b in buckets
+        ],
+    }
+
+
+def worker_rows(now=None) -> list[dict]:
+    """Every worker with a heartbeat row: alive or gone, its queues, pool and running jobs."""
+    now = now or timezone.now()
+    cutoff = heartbeat.gone_before(now)
+    running = list(
+        Job.objects.filter(status=JobStatus.RUNNING).values_list("pk", "task", "locked_by")
+    )
+    rows = []
+    for worker in WorkerHeartbeat.objects.all():
+        prefix = worker.name + "/"
+        jobs = [(pk, task) for pk, task, by in running if by.startswith(prefix)]
+        gone = worker.stopped_at is not None or worker.last_seen_at < cutoff
+        rows.append(
+            {
+                "worker": worker,
+                "alive": not gone,
+                "state": "stopped" if worker.stopped_at else ("gone" if gone else "alive"),
+                "seen_ago": (now - worker.last_seen_at).total_seconds(),
+                "jobs": [
+                    {
+                        "id": pk,
+                        "task": task,
+                        "url": reverse("admin:jobs_job_change", args=[pk]),
+                    }
+                    for pk, task in jobs
+                ],
+                "running_url": _jobs_url(
+                    status__exact=JobStatus.RUNNING, locked_by__startswith=prefix
+                ),
+            }
+        )
+    rows.sort(key=lambda r: (not r["alive"], r["worker"].name))
+    return rows
+
+
+def deployments_in_flight(now=None) -> list[dict]:
+    """Running, cancelling and pending deployments with their current step and elapsed time."""
+    now = now or timezone.now()
+    found = list(
+        Deployment.objects.select_related("project")
+        .filter(status__in=[*ACTIVE, DeploymentStatus.PENDING])
+        .order_by("status", "pk")[:50]
+    )
+    current = {
+        run.deployment_id: run
+        for run in StepRun.objects.filter(deployment__in=found, status=StepStatus.RUNNING).order_by(
+            "position"
+        )
+    }
+    return [
+        {
+            "deployment": d,
+            "url": reverse("admin:deployments_deployment_change", args=[d.pk]),
+            "step": current.get(d.pk),
+            "elapsed": (now - (d.started_at or d.created_at)).total_seconds(),
+        }
+        for d in found
+    ]
+
+
+def maintenance_runs() -> list[dict]:
+    """Each maintenance runner's last completed run, and whether it is overdue."""
+    from jobs.selectors import maintenance_status
+
+    return maintenance_status()
+
+
+def dashboard(range_name: str = "1h") -> dict:
+    now = timezone.now()
+    if range_name not in RANGES:
+        range_name = "1h"
+    return {
+        "now": now,
+        "queues": queue_rows(now),
+        "chart": throughput(range_name, now),
+        "workers": worker_rows(now),
+        "deployments": deployments_in_flight(now),
+        "maintenance": maintenance_runs(),
+    }

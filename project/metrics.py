@@ -1,0 +1,179 @@
+"""``GET /metrics``: Prometheus text format, computed from the database at scrape time.
+
+Numbers come from the rows, not from in-process counters, so any web process answers the
+same however many web and worker processes run. Access: a bearer API token of admin scope,
+or a client address inside ``CONVEYOR_METRICS_ALLOW`` (comma-separated addresses/networks).
+"""
+
+import ipaddress
+import logging
+from datetime import timedelta
+
+from django.conf import settings
+from django.db.models import Count, DurationField, F, Min, Sum
+from django.http import HttpResponse
+from django.utils import timezone
+from django.views.decorators.http import require_GET
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily, SummaryMetricFamily
+
+from deployments.models import Deployment, DeploymentStatus
+from jobs import heartbeat
+from jobs.models import Job, JobStatus, TokenScope, WorkerHeartbeat
+from jobs.tokens import token_authenticate
+from webhooks.models import Delivery, DeliveryAttempt, DeliveryStatus
+
+logger = logging.getLogger(__name__)
+# Deployment durations are summarised over this window (finished deployments only).
+DURATION_WINDOW = timedelta(hours=24)
+
+
+def _allowed_networks() -> list:
+    networks = []
+    for item in settings.CONVEYOR_METRICS_ALLOW.split(","):
+        if item.strip():
+            networks.append(ipaddress.ip_network(item.strip(), strict=False))
+    return networks
+
+
+def authorised(request) -> bool:
+    """A bearer token of admin scope, or an allow-listed client address."""
+    header = request.headers.get("Authorization", "")
+    if header.startswith("Bearer "):
+        token = token_authenticate(header.removeprefix("Bearer ").strip())
+        if token is not None and token.allows(TokenScope.ADMIN):
+            return True
+    try:
+        address = ipaddress.ip_address(request.META.get("REMOTE_ADDR", ""))
+    except ValueError:
+        return False
+    return any(address in network for network in _allowed_networks())
+
+
+class DatabaseCollector:
+    """Yields every Conveyor metric from a handful of grouped queries."""
+
+    def collect(self):
+        now = timezone.now()
+        yield from self._jobs(now)
+        yield from self._deployments(now)
+        yield from self._webhooks()
+        yield from self._workers(now)
+        yield from self._maintenance()
+
+    def _jobs(self, now):
+        jobs = GaugeMetricFamily(
+            "conveyor_jobs", "Jobs by queue, task and status", labels=["queue", "task", "status"]
+        )
+        for row in Job.objects.values("queue", "task", "status").annotate(n=Count("pk")).order_by():
+            jobs.add_metric([row["queue"], row["task"], row["status"]], row["n"])
+        yield jobs
+        oldest = GaugeMetricFamily(
+            "conveyor_job_oldest_queued_age_seconds",
+            "Age of the oldest job due and still queued, per queue",
+            labels=["queue"],
+        )
+        rows = (
+            Job.objects.filter(status=JobStatus.QUEUED, run_after__lte=now)
+            .values_list("queue")
+            .annotate(t=Min("run_after"))
+            .order_by()
+        )
+        for queue, first in rows:
+            oldest.add_metric([queue], (now - first).total_seconds())
+        yield oldest
+        dead = GaugeMetricFamily(
+            "conveyor_dead_letters", "Dead jobs kept for an operator, per queue", labels=["queue"]
+        )
+        rows = (
+            Job.objects.filter(status=JobStatus.DEAD).values_list("queue").annotate(n=Count("pk"))
+        )
+        for queue, n in rows.order_by():
+            dead.add_metric([queue], n)
+        yield dead
+
+    def _deployments(self, now):
+        counts = GaugeMetricFamily(
+            "conveyor_deployments", "Deployments by status", labels=["status"]
+        )
+        found = dict(Deployment.objects.values_list("status").annotate(n=Count("pk")).order_by())
+        for status in DeploymentStatus.values:
+            counts.add_metric([status], found.get(status, 0))
+        yield counts
+        durations = SummaryMetricFamily(
+            "conveyor_deployment_duration_seconds",
+            "Run time of deployments that finished in the last 24 hours, by status",
+            labels=["status"],
+        )
+        rows = (
+            Deployment.objects.filter(
+                finished_at__gte=now - DURATION_WINDOW, started_at__isnull=False
+            )
+            .values("status")
+            .annotate(
+                n=Count("pk"),
+                total=Sum(F("finished_at") - F("started_at"), output_field=DurationField()),
+            )
+            .order_by()
+        )
+        for row in rows:
+            total = row["total"].total_seconds() if row["total"] else 0.0
+            durations.add_metric([row["status"]], row["n"], total)
+        yield durations
+
+    def _webhooks(self):
+        deliveries = GaugeMetricFamily(
+            "conveyor_webhook_deliveries", "Webhook deliveries by status", labels=["status"]
+        )
+        found = dict(Delivery.objects.values_list("status").annotate(n=Count("pk")).order_by())
+        for status in DeliveryStatus.values:
+            deliveries.add_metric([status], found.get(status, 0))
+        yield deliveries
+        attempts = GaugeMetricFamily(
+            "conveyor_webhook_delivery_attempts",
+            "Webhook delivery attempts kept, by outcome",
+            labels=["outcome"],
+        )
+        rows = DeliveryAttempt.objects.values_list("outcome").annotate(n=Count("pk")).order_by()
+        for outcome, n in rows:
+            attempts.add_metric([outcome], n)
+        yield attempts
+
+    def _workers(self, now):
+        cutoff = heartbeat.gone_before(now)
+        alive = WorkerHeartbeat.objects.filter(last_seen_at__gte=cutoff, stopped_at__isnull=True)
+        gauge = GaugeMetricFamily("conveyor_workers_alive", "Workers with a recent heartbeat")
+        gauge.add_metric([], alive.count())
+        yield gauge
+
+    def _maintenance(self):
+        from jobs.selectors import maintenance_status
+
+        now = timezone.now()
+        age = GaugeMetricFamily(
+            "conveyor_maintenance_last_run_age_seconds",
+            "Seconds since each maintenance runner last completed a run",
+            labels=["runner"],
+        )
+        overdue = GaugeMetricFamily(
+            "conveyor_maintenance_overdue",
+            "1 when a runner has not completed within three of its intervals",
+            labels=["runner"],
+        )
+        for runner in maintenance_status(now=now):
+            if runner["last_run_at"] is not None:
+                seconds = (now - runner["last_run_at"]).total_seconds()
+                age.add_metric([runner["runner"]], seconds)
+            overdue.add_metric([runner["runner"]], 1 if runner["overdue"] else 0)
+        yield age
+        yield overdue
+
+
+@require_GET
+def metrics(request):
+    """Serve the Prometheus text exposition of Conveyor's state."""
+    if not authorised(request):
+        return HttpResponse("metrics need an admin token or an allowed address\n", status=403)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(DatabaseCollector())
+    return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,89 @@
+// Conveyor console: live parts of admin pages, without a full reload and without libraries.
+//
+// * [data-refresh-every="N"] on a container: every N seconds the page is fetched again and
+//   each element of the page marked [data-refresh] (with an id) gets its new content.
+// * #deployment-log[data-url]: follows a deployment's log from data-next until complete,
+//   and "Load earlier" fetches the bytes before data-start.
+// * form[data-confirm]: asks before submitting.
+(function () {
+  "use strict";
+
+  function refreshParts(root) {
+    var seconds = parseFloat(root.getAttribute("data-refresh-every")) || 3;
+    var busy = false;
+    function tick() {
+      if (busy || document.hidden) return;
+      busy = true;
+      fetch(window.location.href, { credentials: "same-origin", headers: { "X-Console-Refresh": "1" } })
+        .then(function (r) { return r.ok ? r.text() : null; })
+        .then(function (html) {
+          if (!html) return;
+          var fresh = new DOMParser().parseFromString(html, "text/html");
+          document.querySelectorAll("[data-refresh][id]").forEach(function (el) {
+            var next = fresh.getElementById(el.id);
+            if (next && next.innerHTML !== el.innerHTML) el.innerHTML = next.innerHTML;
+          });
+          document.dispatchEvent(new CustomEvent("console:refreshed"));
+        })
+        .catch(function () {})
+        .finally(function () { busy = false; });
+    }
+    window.setInterval(tick, seconds * 1000);
+  }
+
+  function followLog(box) {
+    var pre = box.querySelector("pre");
+    var url = box.getAttribute("data-url");
+    var next = parseInt(box.getAttribute("data-next"), 10) || 0;
+    var start = parseInt(box.getAttribute("data-start"), 10) || 0;
+    var chunk = parseInt(box.getAttribute("data-chunk"), 10) || 65536;
+    var complete = box.getAttribute("data-complete") === "true";
+    var status = box.querySelector(".log-status");
+    var earlier = box.querySelector(".log-earlier");
+
+    function atBottom() { return pre.scrollHeight - pre.scrollTop - pre.clientHeight < 40; }
+    function setStatus(text) { if (status) status.textContent = text; }
+    function poll() {
+      if (complete) { setStatus("complete"); return; }
+      setStatus("following…");
+      fetch(url + "?offset=" + next, { credentials: "same-origin" })
+        .then(function (r) { return r.json(); })
+        .then(function (page) {
+          var stick = atBottom();
+          if (page.text) pre.appendChild(document.createTextNode(page.text));
+          if (stick) pre.scrollTop = pre.scrollHeight;
+          next = page.next_offset;
+          box.setAttribute("data-next", String(next));
+          complete = page.complete;
+          if (complete) { box.setAttribute("data-complete", "true"); setStatus("complete"); }
+          else window.setTimeout(poll, page.text ? 300 : 800);
+        })
+        .catch(function () { window.setTimeout(poll, 2000); });
+    }
+    if (earlier) {
+      earlier.hidden = start <= 0;
+      earlier.addEventListener("click", function () {
+        var from = Math.max(0, start - chunk);
+        fetch(url + "?offset=" + from + "&limit=" + (start - from), { credentials: "same-origin" })
+          .then(function (r) { return r.json(); })
+          .then(function (page) {
+            pre.insertBefore(document.createTextNode(page.text), pre.firstChild);
+            start = from;
+            box.setAttribute("data-start", String(start));
+            earlier.hidden = start <= 0;
+          });
+      });
+    }
+    pre.scrollTop = pre.scrollHeight;
+    poll();
+  }
+
+  document.addEventListener("DOMContentLoaded", function () {
+    document.querySelectorAll("[data-refresh-every]").forEach(refreshParts);
+    document.querySelectorAll("#deployment-log[data-url]").forEach(followLog);
+    document.addEventListener("submit", function (event) {
+      var message = event.target.getAttribute && event.target.getAttribute("data-confirm");
+      if (message && !window.confirm(message)) event.preventDefault();
+    });
+  });
+})();
