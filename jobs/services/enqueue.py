@@ -12,7 +12,7 @@ from jobs.services.base import log_job, logger
 
 
 def _task_defaults(task) -> tuple[str, str | None, int | None]:
-    """Return (name, declared queue, declared max attempts) of a task object or name."""
+    """Return (name, queue, declared max attempts) of a task object or name."""
     from project.celery import app
 
     name = task if isinstance(task, str) else task.name
@@ -25,7 +25,11 @@ def _task_defaults(task) -> tuple[str, str | None, int | None]:
             f"unknown task {name!r}: it is not registered with Celery (define it in the "
             "tasks.py of an app in INSTALLED_APPS)"
         )
-    return name, getattr(registered, "queue", None), getattr(registered, "job_max_attempts", None)
+    queue = getattr(registered, "queue", None)
+    if queue is None:  # the task's route (CELERY_TASK_ROUTES), else the default queue
+        routed = app.amqp.router.route({}, name).get("queue")
+        queue = getattr(routed, "name", routed)
+    return name, queue, getattr(registered, "job_max_attempts", None)
 
 
 def _new_job(

@@ -116,11 +116,15 @@ def test_a_view_only_user_sees_no_button_and_cannot_post(django_user_model, make
     assert c.post(f"/admin/jobs/job/{deployment.job_id}/cancel/").status_code == 403
     assert c.post(f"/admin/deployments/deployment/{deployment.pk}/cancel/").status_code == 403
     assert Deployment.objects.get(pk=deployment.pk).status == DeploymentStatus.PENDING
-    # The same user with the change permission gets the buttons.
+    # The change permission alone is not the cancel permission; cancel_deployment is.
     viewer.user_permissions.add(Permission.objects.get(codename="change_deployment"))
     c = client(django_user_model.objects.get(pk=viewer.pk))
     page = c.get(f"/admin/deployments/deployment/{deployment.pk}/change/").content.decode()
-    assert 'name="cancel"' in page
+    assert 'name="cancel"' not in page
+    viewer.user_permissions.add(Permission.objects.get(codename="cancel_deployment"))
+    c = client(django_user_model.objects.get(pk=viewer.pk))
+    page = c.get(f"/admin/deployments/deployment/{deployment.pk}/change/").content.decode()
+    assert 'name="cancel"' in page and 'name="retry"' not in page
 
 
 def test_cancelling_a_retrying_delivery_job_ends_the_delivery(endpoint):
