@@ -263,7 +263,8 @@ def test_purge_deletes_a_job_past_its_retention_and_keeps_one_before_it(start_wo
     start_worker(queues=MAINTENANCE)
     start_beat()
     wait_until(lambda: not Job.objects.filter(pk=old.pk).exists(), timeout=30, message="purge")
-    first = runs_of("purge_jobs").first()
+    # The run is recorded once the runner has returned, a moment after its DELETE.
+    first = wait_until(lambda: runs_of("purge_jobs").first(), timeout=30, message="its record")
     assert first.counts["completed"] == 1
     wait_runs("purge_jobs", 2)
     assert Job.objects.filter(pk=recent.pk).exists()
