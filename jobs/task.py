@@ -12,8 +12,15 @@ Task options read here: ``autoretry_for`` / ``dont_autoretry_for`` (which errors
 ``retry_backoff`` / ``retry_backoff_max`` / ``retry_jitter`` (the backoff), and
 ``job_max_attempts`` (the attempt budget, else ``CONVEYOR_JOB_MAX_ATTEMPTS``). ``batch =
 False`` keeps a task's jobs one per message (long or time-limited work should).
+
+``atomic = True`` runs the body in a database transaction that also records its success: a
+worker killed after the body's last write but before the success was recorded leaves no
+trace of the run, so its retry cannot repeat the body's database writes. Without it a job is
+run at least once: a run lost in that window is run again. Keep atomic bodies short (the
+transaction is open while they run) and free of effects outside the database.
 """
 
+import contextlib
 import json
 import logging
 import os
@@ -21,7 +28,7 @@ from dataclasses import dataclass, field
 
 from celery import Task
 from django.conf import settings
-from django.db import InterfaceError, OperationalError, connection
+from django.db import InterfaceError, OperationalError, connection, transaction
 from django.utils import timezone
 
 from jobs import conf, outcome, services, shutdown, statements
@@ -82,6 +89,8 @@ class JobTask(Task):
     batch = True
     # Whether the body winds down by itself when its worker shuts down (jobs.shutdown).
     stops_on_shutdown = False
+    # Whether the body's database writes commit together with its success (see above).
+    atomic = False
     # jobs.outcome decides retries from autoretry_for & co; this keeps Celery from also
     # wrapping run() in its own autoretry (it wraps only tasks without ``_orig_run``).
     _orig_run = None
@@ -128,13 +137,23 @@ class JobTask(Task):
         self.request.job_context = ctx
         lease = keeper()
         lease.track(ctx)
+        completed = False
         try:
-            with shutdown.running_body(self.stops_on_shutdown):
+            body = transaction.atomic() if self.atomic else contextlib.nullcontext()
+            with shutdown.running_body(self.stops_on_shutdown), body:
                 result = self.run(ctx)
-            try:
-                event = outcome.Event.returned(json.dumps(result))
-            except (TypeError, ValueError) as exc:
-                raise Permanent(f"the job's result cannot be stored as JSON: {exc}") from exc
+                try:
+                    encoded = json.dumps(result)
+                except (TypeError, ValueError) as exc:
+                    raise Permanent(f"the job's result cannot be stored as JSON: {exc}") from exc
+                if self.atomic and not ctx.cancel_requested and job.cancel_requested_at is None:
+                    if not statements.complete(job, encoded):
+                        raise _RunTakenAway  # roll the body back: the run is not ours now
+                    completed = True
+            event = outcome.Event.returned(encoded)
+        except _RunTakenAway:
+            services.log_job("job.complete_lost", job)
+            return None
         except BaseException as exc:  # noqa: BLE001 - every failure is the job's, not the pool's
             event = outcome.Event.raised(exc)
         finally:
@@ -142,6 +161,10 @@ class JobTask(Task):
             self.request.job_context = None
         if ctx.cancel_requested and job.cancel_requested_at is None:
             job.cancel_requested_at = timezone.now()  # seen by the lease keeper or a heartbeat
+        if completed:  # recorded with the body's writes
+            _succeeded(job)
+            self.run_ended(job)
+            return None
         decision = outcome.decide(event, job, self)
         if decision.status == outcome.S.SUCCEEDED:
             return job, decision.result
@@ -163,6 +186,10 @@ class JobTask(Task):
     ):
         """Celery's ``self.retry()`` inside a job body: retry the job (after ``countdown``)."""
         raise RetryAfter(str(exc or "retry requested"), seconds=countdown) from exc
+
+
+class _RunTakenAway(Exception):
+    """An atomic body finished, but its run was no longer this worker's to complete."""
 
 
 def _claim(job_id: int, *, worker: str) -> Job | None:

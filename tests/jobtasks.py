@@ -105,10 +105,7 @@ def create_side_effects_table() -> None:
         )
 
 
-@shared_task(base=JobTask, name="tests.side_effect")
-def side_effect_task(ctx: JobContext):
-    """Sleep ``payload["sleep"]`` seconds, then record the side effect as the body's last act;
-    raise on the first attempt when ``payload["fail_first"]``."""
+def _side_effect(ctx: JobContext):
     from django.db import connection
 
     time.sleep(float(ctx.payload.get("sleep", 0)))
@@ -120,4 +117,21 @@ def side_effect_task(ctx: JobContext):
             f"ON CONFLICT (job_id) DO UPDATE SET runs = {SIDE_EFFECTS_TABLE}.runs + 1",
             [ctx.job.pk],
         )
+    if ctx.payload.get("die_after_write") and ctx.job.attempts == 1:
+        os.kill(os.getpid(), signal.SIGKILL)  # after the write, before the success is recorded
     return ctx.job.pk
+
+
+@shared_task(base=JobTask, name="tests.side_effect", atomic=True)
+def side_effect_task(ctx: JobContext):
+    """Sleep ``payload["sleep"]`` seconds, then record the side effect as the body's last act,
+    in the transaction that records the success; raise on the first attempt when
+    ``payload["fail_first"]``; kill the pool child right after the write (first attempt) when
+    ``payload["die_after_write"]``."""
+    return _side_effect(ctx)
+
+
+@shared_task(base=JobTask, name="tests.side_effect_at_least_once")
+def side_effect_at_least_once_task(ctx: JobContext):
+    """``tests.side_effect`` without ``atomic``: its write commits before the success does."""
+    return _side_effect(ctx)
