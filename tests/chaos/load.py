@@ -90,6 +90,7 @@ def start_load(
 
 
 def side_effects(ids: list[int]) -> dict[int, int]:
+    create_side_effects_table()
     wanted = set(ids)
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT job_id, runs FROM {SIDE_EFFECTS_TABLE}")
