@@ -4,7 +4,7 @@ PY := .venv/bin/python
 PORT ?= 8000
 export PORT
 
-.PHONY: install run test lint format bench lock clean
+.PHONY: install run test test-fast lint format bench lock clean
 
 install:
 	@scripts/install
@@ -16,6 +16,11 @@ run: install
 test: install
 	@scripts/test-services
 	@scripts/run-tests
+
+# Everything but the chaos scenarios, and no RabbitMQ leg: for a quick local check, never CI.
+test-fast: install
+	@scripts/test-services
+	@scripts/run-tests -m "not chaos"
 
 lint: install
 	@.venv/bin/ruff check .

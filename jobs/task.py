@@ -12,6 +12,12 @@ Task options read here: ``autoretry_for`` / ``dont_autoretry_for`` (which errors
 ``retry_backoff`` / ``retry_backoff_max`` / ``retry_jitter`` (the backoff), and
 ``job_max_attempts`` (the attempt budget, else ``CONVEYOR_JOB_MAX_ATTEMPTS``). ``batch =
 False`` keeps a task's jobs one per message (long or time-limited work should).
+
+``atomic = True`` runs the body in a database transaction that also records its success: a
+worker killed after the body's last write but before the success was recorded leaves no
+trace of the run, so its retry cannot repeat the body's database writes. Without it a job is
+run at least once: a run lost in that window is run again. Keep atomic bodies short (the
+transaction is open while they run) and free of effects outside the database.
 """
 
 import json

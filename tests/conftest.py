@@ -40,6 +40,8 @@ def purge_broker():
     def purge() -> None:
         with app.connection_for_write() as conn:
             channel = conn.default_channel
+            for queue in app.conf.task_queues:  # declared first: a fresh RabbitMQ vhost has none
+                queue(channel).declare()
             for queue in QUEUES:
                 channel.queue_purge(queue)
             client = getattr(channel, "client", None)

@@ -105,11 +105,7 @@ def create_side_effects_table() -> None:
         )
 
 
-@shared_task(base=JobTask, name="tests.side_effect", atomic=True)
-def side_effect_task(ctx: JobContext):
-    """Sleep ``payload["sleep"]`` seconds, then record the side effect in the database, in the
-    transaction that records the job's success; raise on the first attempt when
-    ``payload["fail_first"]``."""
+def _side_effect(ctx: JobContext):
     from django.db import connection
 
     time.sleep(float(ctx.payload.get("sleep", 0)))
@@ -121,7 +117,66 @@ def side_effect_task(ctx: JobContext):
             f"ON CONFLICT (job_id) DO UPDATE SET runs = {SIDE_EFFECTS_TABLE}.runs + 1",
             [ctx.job.pk],
         )
+    if ctx.payload.get("die_after_write") and ctx.job.attempts == 1:
+        os.kill(os.getpid(), signal.SIGKILL)  # after the write, before the success is recorded
     return ctx.job.pk
+
+
+@shared_task(base=JobTask, name="tests.side_effect", atomic=True)
+def side_effect_task(ctx: JobContext):
+    """Sleep ``payload["sleep"]`` seconds, then record the side effect as the body's last act,
+    in the transaction that records the success; raise on the first attempt when
+    ``payload["fail_first"]``; kill the pool child right after the write (first attempt) when
+    ``payload["die_after_write"]``."""
+    return _side_effect(ctx)
+
+
+@shared_task(base=JobTask, name="tests.side_effect_at_least_once")
+def side_effect_at_least_once_task(ctx: JobContext):
+    """``tests.side_effect`` without ``atomic``: its write commits before the success does."""
+    return _side_effect(ctx)
+
+
+@shared_task(
+    base=JobTask,
+    name="tests.over_time_limit",
+    time_limit=2,
+    job_max_attempts=2,
+    retry_backoff=1,
+    retry_backoff_max=1,
+)
+def over_time_limit_task(ctx: JobContext):
+    """Record the run, then sleep far past the task's 2 s hard time limit."""
+    record(ctx)
+    time.sleep(60)
+
+
+@shared_task(
+    base=JobTask,
+    name="tests.exhaust_memory",
+    job_max_attempts=2,
+    retry_backoff=1,
+    retry_backoff_max=1,
+)
+def exhaust_memory_task(ctx: JobContext):
+    """Record the run, then allocate until the pool child's address space (capped at 64 MiB
+    above its size now) is exhausted; the cap is lifted again on the way out."""
+    import re
+    import resource
+
+    record(ctx)
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    with open("/proc/self/status") as proc:
+        status = proc.read()
+    size = int(re.search(r"VmSize:\s+(\d+) kB", status).group(1)) * 1024
+    resource.setrlimit(resource.RLIMIT_AS, (size + (64 << 20), hard))
+    hog = []
+    try:
+        while True:
+            hog.append(bytearray(8 << 20))
+    finally:
+        hog.clear()
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
 
 
 class UnprintableError(Exception):

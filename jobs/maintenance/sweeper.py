@@ -20,6 +20,7 @@ from datetime import timedelta
 
 from django.db.models import F
 from django.utils import timezone
+from kombu.exceptions import ChannelError
 
 from jobs import conf
 from jobs.models import PENDING, Job
@@ -29,6 +30,7 @@ from jobs.services import log_job
 logger = logging.getLogger("jobs.maintenance")
 BATCH_SIZE = 1000
 MAX_BACKOFF_DOUBLINGS = 5
+NOT_FOUND = "404"  # the AMQP reply code of a passive declare of a missing queue
 
 
 @dataclass(frozen=True)
@@ -44,7 +46,14 @@ def _queue_depth(queue: str) -> int | None:
 
     try:
         with app.connection_for_write() as conn:
-            return conn.default_channel.queue_declare(queue=queue, passive=True).message_count
+            try:
+                return conn.default_channel.queue_declare(queue=queue, passive=True).message_count
+            except ChannelError as exc:
+                # No such queue holds no messages. Redis deletes a queue when it empties, so
+                # this is the usual answer there for an idle queue, not a broker problem.
+                if str(getattr(exc, "reply_code", "")) == NOT_FOUND:
+                    return 0
+                raise
     except Exception as exc:
         logger.warning("sweeper.queue_depth_unknown", extra={"queue": queue, "error": repr(exc)})
         return None

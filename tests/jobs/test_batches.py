@@ -149,3 +149,17 @@ def test_the_sweeper_counts_a_batched_backlog_as_covered(transactional_db, purge
     with app.connection_for_write() as conn:
         depth = conn.default_channel.queue_declare(queue="default", passive=True).message_count
     assert depth == len(publish.messages(jobs)) == 30  # 30 jobs: fewer than 16 per message
+
+
+def test_an_atomic_body_killed_after_its_write_leaves_no_trace_and_runs_once(start_worker):
+    """Both sides: the same body killed between its write and its recorded success writes
+    twice when it is not atomic, once when it is."""
+    create_side_effects_table()
+    start_worker(concurrency=1)
+    atomic = services.enqueue("tests.side_effect", {"die_after_write": True})
+    plain = services.enqueue("tests.side_effect_at_least_once", {"die_after_write": True})
+    for job in (atomic, plain):
+        wait_for_status(job, S.SUCCEEDED, timeout=60)
+        assert job.attempts == 2
+        assert job.attempts_history[0]["reason"] == "worker_lost"
+    assert side_effects([atomic.pk, plain.pk]) == {atomic.pk: 1, plain.pk: 2}

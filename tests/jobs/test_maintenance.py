@@ -130,3 +130,16 @@ def test_purge_deletes_exactly_the_rows_past_their_retention(monkeypatch):
     assert list(TaskResult.objects.values_list("task_id", flat=True)) == ["young"]
     assert list(IdempotencyKey.objects.values_list("key", flat=True)) == ["young"]
     assert batches == [2, 2, 2, 2]
+
+
+def test_the_sweeper_reads_an_empty_or_missing_queue_as_empty(transactional_db, purge_broker):
+    """Redis deletes a queue's key when it empties: depth 0, not unknown (which would make
+    the sweeper re-send regardless and log a warning on every pass)."""
+    from jobs.maintenance.sweeper import _queue_depth
+    from jobs.services import enqueue
+
+    purge_broker()
+    assert _queue_depth("default") == 0
+    assert _queue_depth("conveyor-no-such-queue") == 0
+    enqueue("tests.record", {})  # no worker is running: the message waits
+    assert _queue_depth("default") == 1

@@ -1,7 +1,9 @@
 """A real HTTP receiver on 127.0.0.1 for the tests, answering from a script per path."""
 
 import contextlib
+import socket
 import ssl
+import struct
 import threading
 import time
 from collections import defaultdict, deque
@@ -19,6 +21,7 @@ class Reply:
     body: bytes = b"ok"
     headers: dict = field(default_factory=dict)
     delay: float = 0.0
+    reset: bool = False  # close the connection with a TCP reset instead of answering
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,11 @@ class _Handler(BaseHTTPRequestHandler):
             Received(self.path, dict(self.headers.items()), body, time.monotonic())
         )
         if reply.delay and receiver.stopping.wait(reply.delay):
+            return
+        if reply.reset:
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self.close_connection = True
+            self.connection.close()
             return
         with contextlib.suppress(OSError):
             self.send_response(reply.status)
