@@ -115,8 +115,10 @@ class JobTask(Task):
             completed, job = statements.complete_and_claim(
                 *(done or (None, None)), job_id, task=self.name, worker=worker
             )
-            if done is not None:
-                self._completed(*done) if completed else self._complete_refused(*done)
+            if done is not None and completed:
+                self._completed(*done)
+            elif done is not None:
+                self._complete_refused(*done)
             done = None
             if job is None:
                 _dropped(self, job_id)
