@@ -193,14 +193,7 @@ def rollback_environment(
     summary="Approve a deployment waiting for approval (admin scope); the last one starts it",
 )
 def approve(request: HttpRequest, deployment_id: int, payload: DecisionIn | None = None):
-    require_scope(request, TokenScope.ADMIN)
-    visible_deployment(request, deployment_id)
-    deployment = approvals.deployment_approve(
-        deployment_id=deployment_id,
-        approver=approver_of(request),
-        comment=(payload or DecisionIn()).comment,
-    )
-    return selectors.deployment_as_dict(deployment)
+    return _decide(request, deployment_id, payload, approvals.deployment_approve)
 
 
 @router.post(
@@ -209,9 +202,14 @@ def approve(request: HttpRequest, deployment_id: int, payload: DecisionIn | None
     summary="Reject a deployment waiting for approval (admin scope): it ends cancelled/rejected",
 )
 def reject(request: HttpRequest, deployment_id: int, payload: DecisionIn | None = None):
+    return _decide(request, deployment_id, payload, approvals.deployment_reject)
+
+
+def _decide(request: HttpRequest, deployment_id: int, payload: DecisionIn | None, decide):
+    """An approver's decision (admin scope) on a deployment the token may see."""
     require_scope(request, TokenScope.ADMIN)
     visible_deployment(request, deployment_id)
-    deployment = approvals.deployment_reject(
+    deployment = decide(
         deployment_id=deployment_id,
         approver=approver_of(request),
         comment=(payload or DecisionIn()).comment,

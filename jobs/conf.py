@@ -9,9 +9,12 @@ Declared in project/settings.py from the environment; the lifecycle ones:
 
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import cache
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import setting_changed
+from django.dispatch import receiver
 
 from project.env import at_least
 
@@ -34,8 +37,9 @@ class JobSettings:
 MIN_MAINTENANCE_RETENTION = timedelta(days=1)
 
 
+@cache
 def get() -> JobSettings:
-    """Return the settings in force (read each call so tests can override them)."""
+    """Return the settings in force; read once (a worker asks for them on every job)."""
     return JobSettings(
         lease_timeout=settings.CONVEYOR_JOB_LEASE_TIMEOUT,
         max_attempts=settings.CONVEYOR_JOB_MAX_ATTEMPTS,
@@ -48,6 +52,12 @@ def get() -> JobSettings:
         maintenance_retention=settings.CONVEYOR_MAINTENANCE_RETENTION,
         shutdown_grace=settings.CONVEYOR_SHUTDOWN_GRACE,
     )
+
+
+@receiver(setting_changed)
+def _forget(**kwargs) -> None:
+    """Read them again after a change (override_settings in tests)."""
+    get.cache_clear()
 
 
 def validate() -> None:

@@ -93,13 +93,9 @@ class DatabaseCollector:
         yield dead
 
     def _deployments(self, now):
-        counts = GaugeMetricFamily(
-            "conveyor_deployments", "Deployments by status", labels=["status"]
+        yield _by_status(
+            "conveyor_deployments", "Deployments by status", Deployment, DeploymentStatus
         )
-        found = dict(Deployment.objects.values_list("status").annotate(n=Count("pk")).order_by())
-        for status in DeploymentStatus.values:
-            counts.add_metric([status], found.get(status, 0))
-        yield counts
         durations = SummaryMetricFamily(
             "conveyor_deployment_duration_seconds",
             "Run time of deployments that finished in the last 24 hours, by status",
@@ -122,13 +118,9 @@ class DatabaseCollector:
         yield durations
 
     def _webhooks(self):
-        deliveries = GaugeMetricFamily(
-            "conveyor_webhook_deliveries", "Webhook deliveries by status", labels=["status"]
+        yield _by_status(
+            "conveyor_webhook_deliveries", "Webhook deliveries by status", Delivery, DeliveryStatus
         )
-        found = dict(Delivery.objects.values_list("status").annotate(n=Count("pk")).order_by())
-        for status in DeliveryStatus.values:
-            deliveries.add_metric([status], found.get(status, 0))
-        yield deliveries
         attempts = GaugeMetricFamily(
             "conveyor_webhook_delivery_attempts",
             "Webhook delivery attempts kept, by outcome",
@@ -167,6 +159,15 @@ class DatabaseCollector:
             overdue.add_metric([runner["runner"]], 1 if runner["overdue"] else 0)
         yield age
         yield overdue
+
+
+def _by_status(name: str, documentation: str, model, statuses) -> GaugeMetricFamily:
+    """Rows of ``model`` per status, every status present (0 when none)."""
+    family = GaugeMetricFamily(name, documentation, labels=["status"])
+    found = dict(model.objects.values_list("status").annotate(n=Count("pk")).order_by())
+    for status in statuses.values:
+        family.add_metric([status], found.get(status, 0))
+    return family
 
 
 @require_GET
