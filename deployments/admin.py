@@ -23,6 +23,7 @@ from deployments.models import (
     Worktree,
 )
 from jobs.permissions import allowed
+from project.admin_base import ConveyorModelAdmin
 from project.admin_permissions import permission_check
 from project.redaction import redact_url, url_password
 
@@ -43,9 +44,9 @@ class PipelineInline(admin.TabularInline):
 
 
 @admin.register(Project)
-class ProjectAdmin(admin.ModelAdmin):
+class ProjectAdmin(ConveyorModelAdmin):
     list_display = ("slug", "name", "repository", "concurrency_policy", "default_environment")
-    search_fields = ("slug", "name", "repo")
+    search_fields = ("slug", "name")  # never the repo URL: it may carry a password
     list_filter = ("concurrency_policy",)
     # Secret values are never shown; set them with apply_projects (from_env).
     exclude = ("secrets",)
@@ -78,7 +79,7 @@ class StepInline(admin.TabularInline):
 
 
 @admin.register(Pipeline)
-class PipelineAdmin(admin.ModelAdmin):
+class PipelineAdmin(ConveyorModelAdmin):
     list_display = ("__str__", "project", "name", "updated_at")
     list_filter = ("project",)
     search_fields = ("name", "project__slug")
@@ -86,7 +87,7 @@ class PipelineAdmin(admin.ModelAdmin):
 
 
 @admin.register(Deployment)
-class DeploymentAdmin(ApprovalAdminMixin, admin.ModelAdmin):
+class DeploymentAdmin(ApprovalAdminMixin, ConveyorModelAdmin):
     list_display = (
         "id",
         "project",
@@ -317,7 +318,7 @@ class WorktreeInline(admin.TabularInline):
 
 
 @admin.register(Workspace)
-class WorkspaceAdmin(admin.ModelAdmin):
+class WorkspaceAdmin(ConveyorModelAdmin):
     list_display = ("project", "repository", "path", "last_fetched_at", "last_fetch_error")
     readonly_fields = ("project", "repository", "path", "last_fetched_at", "last_fetch_error")
     exclude = ("repo",)
@@ -333,7 +334,7 @@ class WorkspaceAdmin(admin.ModelAdmin):
 
 
 @admin.register(Worktree)
-class WorktreeAdmin(admin.ModelAdmin):
+class WorktreeAdmin(ConveyorModelAdmin):
     list_display = ("commit_sha", "workspace", "path", "last_used_at", "prune_warning_at")
     list_filter = ("workspace",)
     readonly_fields = ("workspace", "commit_sha", "path", "created_at", "last_used_at")

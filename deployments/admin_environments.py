@@ -16,6 +16,7 @@ from deployments import approvals, dora, history, rollback, selectors
 from deployments.environments import APPROVE_PERMISSION, Approver
 from deployments.errors import DeploymentError
 from deployments.models import Deployment, DeploymentStatus, Environment
+from project.admin_base import ConveyorModelAdmin
 
 HISTORY_ROWS = 50
 DORA_WINDOWS = (7, 30, 90)
@@ -121,7 +122,7 @@ def _comment(comment: str) -> str:
 
 
 @admin.register(Environment)
-class EnvironmentAdmin(admin.ModelAdmin):
+class EnvironmentAdmin(ConveyorModelAdmin):
     list_display = (
         "__str__",
         "protected",

@@ -28,6 +28,7 @@ from jobs.models import (
 )
 from jobs.permissions import allowed
 from jobs.selectors import OVERDUE_INTERVALS, maintenance_status
+from project.admin_base import ConveyorModelAdmin
 from project.admin_permissions import permission_check
 
 
@@ -96,7 +97,7 @@ class JobChangeList(ChangeList):
 
 
 @admin.register(Job)
-class JobAdmin(admin.ModelAdmin):
+class JobAdmin(ConveyorModelAdmin):
     list_display = (
         "id",
         "task",
@@ -113,6 +114,8 @@ class JobAdmin(admin.ModelAdmin):
     list_filter = ("status", OwnerFilter, "reason", "queue", "task")
     search_fields = ("=id", "task", "idempotency_key", "last_error")
     date_hierarchy = "created_at"
+    # The dashboard's links: dead since a time, running on one worker (project.dashboard).
+    extra_lookups = ("finished_at__gte", "locked_by__startswith")
     ordering = ("-id",)
     list_per_page = 50
     show_full_result_count = False  # counting millions of rows on every page load is slow
@@ -304,7 +307,7 @@ class JobAdmin(admin.ModelAdmin):
 
 
 @admin.register(AuditLog)
-class AuditLogAdmin(admin.ModelAdmin):
+class AuditLogAdmin(ConveyorModelAdmin):
     list_display = ("at", "actor", "action", "target_type", "target_id")
     list_filter = ("action", "target_type")
     search_fields = ("actor", "target_id", "action")
@@ -318,7 +321,7 @@ class AuditLogAdmin(admin.ModelAdmin):
 
 
 @admin.register(Notification)
-class NotificationAdmin(admin.ModelAdmin):
+class NotificationAdmin(ConveyorModelAdmin):
     list_display = ("created_at", "recipient", "topic", "title", "read_at")
     list_filter = ("topic", "read_at")
     search_fields = ("title", "body")
@@ -335,7 +338,7 @@ class NotificationAdmin(admin.ModelAdmin):
 
 
 @admin.register(ApiToken)
-class ApiTokenAdmin(admin.ModelAdmin):
+class ApiTokenAdmin(ConveyorModelAdmin):
     list_display = (
         "name",
         "prefix",
@@ -386,7 +389,7 @@ class ApiTokenAdmin(admin.ModelAdmin):
 
 
 @admin.register(MaintenanceRun)
-class MaintenanceRunAdmin(admin.ModelAdmin):
+class MaintenanceRunAdmin(ConveyorModelAdmin):
     """Every recorded maintenance run; above the list, each runner's last one."""
 
     list_display = ("finished_at", "runner", "duration_ms", "counts", "short_error", "host")

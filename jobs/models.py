@@ -4,6 +4,8 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
+from project.secret_fields import secret_fields
+
 
 class JobStatus(models.TextChoices):
     # Written by enqueue and by an operator's retry; left by a worker's claim or a cancel.
@@ -169,6 +171,7 @@ class TokenScope(models.TextChoices):
 SCOPE_RANK = {TokenScope.READ: 1, TokenScope.DEPLOY: 2, TokenScope.ADMIN: 3}
 
 
+@secret_fields("token_hash")
 class ApiToken(models.Model):
     """A bearer token for the REST API, stored only as a SHA-256 hash plus a short prefix."""
 

@@ -13,6 +13,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 
 from jobs.permissions import allowed
+from project.admin_base import ConveyorModelAdmin
 from project.admin_permissions import permission_check
 from webhooks import services, ssrf
 from webhooks.errors import WebhookError
@@ -113,11 +114,11 @@ def endpoint_stats(endpoint: Endpoint) -> dict:
 
 
 @admin.register(Endpoint)
-class EndpointAdmin(admin.ModelAdmin):
+class EndpointAdmin(ConveyorModelAdmin):
     form = EndpointForm
     list_display = ["id", "url", "enabled", "topic_list", "consecutive_dead", "disabled_by"]
     list_filter = ["enabled", "disabled_by"]
-    search_fields = ["url", "description"]
+    search_fields = ["description"]  # never the URL: it may be a credential
     readonly_fields = [
         "enabled",
         "disabled_by",
@@ -313,7 +314,7 @@ class EndpointAdmin(admin.ModelAdmin):
 
 
 @admin.register(Delivery)
-class DeliveryAdmin(admin.ModelAdmin):
+class DeliveryAdmin(ConveyorModelAdmin):
     list_display = [
         "id",
         "event_type",
@@ -434,7 +435,7 @@ class DeliveryAdmin(admin.ModelAdmin):
 
 
 @admin.register(Event)
-class EventAdmin(admin.ModelAdmin):
+class EventAdmin(ConveyorModelAdmin):
     list_display = ["id", "message_id", "type", "created_at"]
     list_filter = ["type"]
     search_fields = ["message_id"]

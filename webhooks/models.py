@@ -7,6 +7,7 @@ from django.db import models
 from django.db.models import Q
 
 from jobs.models import Job
+from project.secret_fields import secret_fields
 
 
 def new_message_id() -> str:
@@ -28,6 +29,7 @@ class DisabledBy(models.TextChoices):
 COLLECTS_SKIPPED = (DisabledBy.FAILURES, DisabledBy.GONE)
 
 
+@secret_fields("secret", "previous_secret", "url")
 class Endpoint(models.Model):
     """A receiver URL subscribed to some topics, with the secret its deliveries are signed with."""
 
@@ -101,6 +103,7 @@ TRANSITIONS: dict[str, frozenset[str]] = {
 }
 
 
+@secret_fields("last_error")
 class Delivery(models.Model):
     """One event for one endpoint: the unit that is retried, dead-lettered and replayed."""
 
@@ -148,6 +151,7 @@ class AttemptOutcome(models.TextChoices):
     SKIPPED = "skipped", "Skipped (nothing sent)"
 
 
+@secret_fields("response_body", "error")
 class DeliveryAttempt(models.Model):
     """One HTTP attempt of a delivery: what was answered, how fast, or what went wrong."""
 

@@ -3,6 +3,8 @@
 from django.core.validators import RegexValidator
 from django.db import models
 
+from project.secret_fields import secret_fields
+
 # Unanchored: every check matches it against the whole string (re.fullmatch, or \A...\Z),
 # because "$" also matches before a trailing newline ("production\n" is not "production").
 NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}"
@@ -20,6 +22,7 @@ class ConcurrencyPolicy(models.TextChoices):
     CANCEL_IN_PROGRESS = "cancel_in_progress", "Cancel in progress"
 
 
+@secret_fields("secrets", "repo")
 class Project(models.Model):
     """A deployable thing: where its code comes from, its settings and its concurrency policy."""
 

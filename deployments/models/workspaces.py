@@ -3,8 +3,10 @@
 from django.db import models
 
 from deployments.models.projects import Project
+from project.secret_fields import secret_fields
 
 
+@secret_fields("repo")
 class Workspace(models.Model):
     """A bare clone of a project's repo under ``CONVEYOR_WORKSPACES_DIR``."""
 

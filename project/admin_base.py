@@ -1,0 +1,120 @@
+"""The base of every admin Conveyor registers: filters only as declared, secrets never.
+
+Django's stock ``lookup_allowed`` accepts a query-string filter on any local field, so a
+view-only user could ask ``?secret__startswith=whsec_t8`` and read the answer in the count.
+``ConveyorAdminMixin`` accepts only what the admin declares:
+
+* the lookups the filters of ``list_filter`` and ``date_hierarchy`` send (``status__exact``,
+  ``project__id__exact``, ``created_at__gte``, ...), a SimpleListFilter's ``parameter_name``;
+* the lookups listed in ``extra_lookups`` (links the console itself makes, e.g. the
+  dashboard's "dead in the last hour");
+
+and never a lookup, search field or filter that reaches a secret field
+(``project.secret_fields``), even through a relation. An action without
+``allowed_permissions`` is not offered (third-party actions declare none: they would run
+for any staff user who can see the list).
+
+Every ModelAdmin on the site uses it; tests/security/test_admin_lookups.py walks the
+registry to make sure, including admins added later.
+"""
+
+from django.contrib import admin
+from django.contrib.admin.filters import ListFilter, SimpleListFilter
+from django.contrib.admin.utils import NotRelationField, get_fields_from_path
+from django.contrib.admin.widgets import url_params_from_lookup_dict
+from django.core.exceptions import FieldDoesNotExist
+from django.db.models.constants import LOOKUP_SEP
+
+from project.secret_fields import lookup_reaches_secret
+
+# What Django's own list filters put in the query string after a field path.
+FILTER_LOOKUPS = frozenset({"exact", "isnull", "in", "gte", "gt", "lte", "lt", "isempty"})
+DATE_HIERARCHY_LOOKUPS = frozenset({"year", "month", "day", "gte", "lt"})
+
+
+def _filter_suffix_allowed(model, path: str, suffix: str) -> bool:
+    """Whether ``suffix`` (what follows a declared field path) is what a list filter sends.
+
+    A plain field's filter sends ``<path>``, ``<path>__exact``, ``<path>__isnull``, ...; a
+    relation's sends ``<path>__<its primary key>__exact``, as RelatedFieldListFilter does.
+    """
+    parts = suffix.split(LOOKUP_SEP) if suffix else ["exact"]
+    if len(parts) == 1:
+        return parts[0] in FILTER_LOOKUPS
+    if len(parts) != 2 or parts[1] not in FILTER_LOOKUPS:
+        return False
+    try:
+        field = get_fields_from_path(model, path)[-1]
+    except (FieldDoesNotExist, NotRelationField):
+        return False
+    related = field.related_model if field.is_relation else None
+    return related is not None and parts[0] in ("pk", related._meta.pk.name)
+
+
+class ConveyorAdminMixin:
+    """Restrict an admin's lookups, searches and actions to what it declares (see module)."""
+
+    #: Lookups allowed beyond the list filters' own: links the console builds.
+    extra_lookups: tuple[str, ...] = ()
+
+    def _declared_filter_paths(self, request) -> tuple[set[str], set[str]]:
+        paths, parameters = set(), set()
+        for item in self.get_list_filter(request):
+            if isinstance(item, type) and issubclass(item, SimpleListFilter):
+                parameters.add(item.parameter_name)
+            elif isinstance(item, type) and issubclass(item, ListFilter):
+                continue  # a custom ListFilter reads its own parameters, none of them fields
+            elif isinstance(item, (list, tuple)):
+                paths.add(item[0])
+            else:
+                paths.add(item)
+        return paths, parameters
+
+    def lookup_allowed(self, lookup, value, request) -> bool:
+        """Allow only declared filter lookups, and none that reaches a secret field."""
+        if lookup_reaches_secret(self.model, lookup):
+            return False
+        if lookup in self.extra_lookups or self._limit_choices_lookup(lookup, value):
+            return True
+        paths, parameters = self._declared_filter_paths(request)
+        if lookup in parameters:
+            return True
+        if self.date_hierarchy and lookup.startswith(self.date_hierarchy + LOOKUP_SEP):
+            suffix = lookup.removeprefix(self.date_hierarchy + LOOKUP_SEP)
+            if suffix in DATE_HIERARCHY_LOOKUPS:
+                return True
+        for path in paths:
+            if lookup == path or lookup.startswith(path + LOOKUP_SEP):
+                suffix = lookup.removeprefix(path).removeprefix(LOOKUP_SEP)
+                if _filter_suffix_allowed(self.model, path, suffix):
+                    return True
+        return False
+
+    def _limit_choices_lookup(self, lookup, value) -> bool:
+        # The raw-id popup of a ForeignKey with limit_choices_to filters by it, as Django allows.
+        for fk_lookup in self.model._meta.related_fkey_lookups:
+            if callable(fk_lookup):
+                fk_lookup = fk_lookup()
+            if (lookup, value) in url_params_from_lookup_dict(fk_lookup).items():
+                return True
+        return False
+
+    def get_search_fields(self, request):
+        """Return the declared search fields minus any that reaches a secret field."""
+        return [
+            field
+            for field in super().get_search_fields(request)
+            if not lookup_reaches_secret(self.model, str(field))
+        ]
+
+    def get_actions(self, request):
+        """Return the permitted actions, leaving out any that declares no permission."""
+        return {
+            name: action
+            for name, action in super().get_actions(request).items()
+            if getattr(action[0], "allowed_permissions", None)
+        }
+
+
+class ConveyorModelAdmin(ConveyorAdminMixin, admin.ModelAdmin):
+    """The ModelAdmin every Conveyor model is registered with."""
