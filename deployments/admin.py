@@ -174,7 +174,9 @@ class DeploymentAdmin(ApprovalAdminMixin, ConveyorModelAdmin):
             "can_retry": deployment.status in FINISHED and self.has_retry_permission(request),
             "can_cancel": deployment.status not in FINISHED and self.has_cancel_permission(request),
             "step_runs": _step_runs(deployment),
-            "timeline": timeline.deployment_timeline(deployment),
+            "timeline": timeline.deployment_timeline(
+                deployment, show_webhook_urls=allowed(request.user, "endpoint.view")
+            ),
             "chain": _retry_chain(deployment),
             "retries": list(deployment.retries.order_by("pk").values_list("pk", "status")),
             "log_start": start,

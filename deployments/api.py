@@ -276,11 +276,15 @@ class TimelineOut(Schema):
     summary="Every event of a deployment in time order, with its webhook deliveries",
 )
 def get_timeline(request: HttpRequest, deployment_id: int):
-    require_scope(request, TokenScope.READ)
+    token = require_scope(request, TokenScope.READ)
     deployment = visible_deployment(request, deployment_id)
+    # Webhook URLs only for a token that may read the webhooks API itself (admin scope).
+    events = timeline.deployment_timeline(
+        deployment, show_webhook_urls=token.allows(TokenScope.ADMIN)
+    )
     # Returned as is: each kind carries its own fields beyond at/kind/summary, which the
     # schema (kept for the OpenAPI document) would drop.
-    return JsonResponse({"events": timeline.deployment_timeline(deployment)})
+    return JsonResponse({"events": events})
 
 
 @router.post(

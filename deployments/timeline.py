@@ -11,6 +11,11 @@ Sources, none of them written for the timeline except ``DeploymentEvent``:
 * its webhook events, every delivery attempt of them (endpoint, status code, latency) and the
   in-app notifications it caused.
 
+A webhook endpoint's URL can be a credential (Slack-style URLs) and a delivery's error can
+echo it, so a delivery attempt names its endpoint by id and description only, unless the
+caller may see webhooks (``show_webhook_urls``: an admin-scope token, a console user with
+the endpoint view permission); then it also carries ``endpoint`` (the URL) and ``error``.
+
 Each entry is ``{"at", "kind", "summary", ...details}``; ``kind`` is one of KINDS.
 """
 
@@ -51,8 +56,11 @@ def _entry(at, kind: str, summary: str, **details) -> dict:
     return {"at": at, "kind": kind, "summary": summary, **details}
 
 
-def deployment_timeline(deployment: Deployment) -> list[dict]:
-    """Return every event of ``deployment`` in time order (ties keep causal order)."""
+def deployment_timeline(deployment: Deployment, *, show_webhook_urls: bool = False) -> list[dict]:
+    """Return every event of ``deployment`` in time order (ties keep causal order).
+
+    Endpoint URLs and delivery errors are left out unless ``show_webhook_urls``.
+    """
     d = deployment
     entries = [
         _entry(
@@ -113,7 +121,7 @@ def deployment_timeline(deployment: Deployment) -> list[dict]:
                 duration_seconds=_seconds(d.started_at, d.finished_at),
             )
         )
-    entries += _webhooks(d)
+    entries += _webhooks(d, show_webhook_urls)
     entries += _notifications(d)
     order = {kind: index for index, kind in enumerate(KINDS)}
     entries.sort(key=lambda e: (e["at"], order.get(e["kind"], 99)))
@@ -202,7 +210,7 @@ def _job_attempts(d: Deployment) -> list[dict]:
     return found
 
 
-def _webhooks(d: Deployment) -> list[dict]:
+def _webhooks(d: Deployment, show_urls: bool) -> list[dict]:
     events = list(
         Event.objects.filter(
             type__startswith="deployment.", body__contains=f'"deployment_id":{d.pk},'
@@ -224,25 +232,35 @@ def _webhooks(d: Deployment) -> list[dict]:
         .order_by("started_at")[:LIMIT_PER_SOURCE]
     )
     for attempt in tries:
+        endpoint = attempt.delivery.endpoint
         code = attempt.status_code if attempt.status_code is not None else "no answer"
         latency = f", {attempt.latency_ms} ms" if attempt.latency_ms is not None else ""
+        named = endpoint.url if show_urls else _endpoint_name(endpoint)
+        visible = {"endpoint": endpoint.url, "error": attempt.error or None} if show_urls else {}
         found.append(
             _entry(
                 attempt.started_at,
                 "delivery_attempt",
-                f"{attempt.delivery.event.type} to {attempt.delivery.endpoint.url}: "
+                f"{attempt.delivery.event.type} to {named}: "
                 f"attempt {attempt.number}, {code}{latency} ({attempt.outcome})",
                 topic=attempt.delivery.event.type,
                 delivery_id=attempt.delivery_id,
-                endpoint=attempt.delivery.endpoint.url,
+                endpoint_id=endpoint.pk,
+                endpoint_description=endpoint.description,
                 attempt=attempt.number,
                 status_code=attempt.status_code,
                 latency_ms=attempt.latency_ms,
                 outcome=attempt.outcome,
-                error=attempt.error or None,
+                **visible,
             )
         )
     return found
+
+
+def _endpoint_name(endpoint) -> str:
+    return f"endpoint #{endpoint.pk}" + (
+        f" ({endpoint.description})" if endpoint.description else ""
+    )
 
 
 def _notifications(d: Deployment) -> list[dict]:

@@ -12,6 +12,7 @@ PERMISSIONS: dict[str, str] = {
     "deployment.retry": "deployments.run_deployment",
     "deployment.cancel": "deployments.cancel_deployment",
     "delivery.replay": "webhooks.replay_delivery",
+    "endpoint.view": "webhooks.view_endpoint",
     "endpoint.operate": "webhooks.change_endpoint",
     "endpoint.rotate": "webhooks.rotate_secret",
     "endpoint.test": "webhooks.send_test",
