@@ -85,9 +85,14 @@ class GroupResultAdmin(ConveyorAdminMixin, results_admin.GroupResultAdmin):
 class AccessAttemptAdmin(ConveyorAdminMixin, axes_admin.AccessAttemptAdmin):
     """Failed-login records: cleaning up expired ones deletes rows, so it needs delete."""
 
-    cleanup_expired_attempts = _guarded(
-        axes_admin.AccessAttemptAdmin.cleanup_expired_attempts, "delete"
-    )
+    @admin.action(description="Clean up expired attempts", permissions=["delete"])
+    def cleanup_expired_attempts(self, request, queryset):
+        """Delete the attempts older than the lock-out period."""
+        # axes reads the attempt's time from the request, which only its login path sets
+        # (without it the stock action fails); None means "now".
+        request.axes_attempt_time = None
+        count = self.handler.clean_expired_user_attempts(request=request)
+        self.message_user(request, f"Cleaned up {count} expired access attempts.")
 
 
 class AccessLogAdmin(ConveyorAdminMixin, axes_admin.AccessLogAdmin):

@@ -248,3 +248,30 @@ def test_the_dashboards_links_still_filter(secrets_everywhere, admin_client):
         reverse("admin:webhooks_delivery_changelist"), {"endpoint__id__exact": endpoint.pk}
     )
     assert response.status_code == 200 and response.context["cl"].result_count == 1
+
+
+def test_axes_cleanup_runs_for_a_user_with_delete_permission(django_user_model):
+    user = django_user_model.objects.create_user("security", password="sec-pass-1", is_staff=True)
+    user.user_permissions.add(
+        *Permission.objects.filter(
+            content_type__app_label="axes",
+            codename__in=["view_accessattempt", "delete_accessattempt"],
+        )
+    )
+    expired = AccessAttempt.objects.create(
+        username="old", ip_address="10.0.0.1", user_agent="curl", failures_since_start=3
+    )
+    AccessAttempt.objects.filter(pk=expired.pk).update(
+        attempt_time=timezone.now() - timedelta(days=2)
+    )
+    fresh = AccessAttempt.objects.create(
+        username="new", ip_address="10.0.0.2", user_agent="curl", failures_since_start=1
+    )
+    client = Client()
+    client.force_login(user)
+    response = client.post(
+        reverse("admin:axes_accessattempt_changelist"),
+        {"action": "cleanup_expired_attempts", "_selected_action": [fresh.pk], "index": 0},
+    )
+    assert response.status_code == 302
+    assert list(AccessAttempt.objects.values_list("username", flat=True)) == ["new"]
