@@ -14,6 +14,7 @@ from deployments.models import Deployment, DeploymentStatus
 from deployments.services import deployment_create
 from jobs.models import Job, JobStatus, WorkerHeartbeat
 from jobs.services import enqueue
+from tests.browser.waiting import wait_for_js
 from tests.conftest import WORKER_ENV as DEPLOY_ENV
 from tests.processes import wait_until
 from tests.webhooks.conftest import WORKER_ENV as WEBHOOK_ENV
@@ -65,8 +66,9 @@ def test_dashboard_counts_match_the_database_and_follow_running_jobs(admin_page,
         lambda: Job.objects.filter(status=JobStatus.SUCCEEDED).count() == 4,
         message="the jobs to run",
     )
-    page.wait_for_function(
-        "document.querySelector('tr[data-queue=default] [data-stat=queued]').textContent === '0'"
+    wait_for_js(
+        page,
+        "document.querySelector('tr[data-queue=default] [data-stat=queued]').textContent === '0'",
     )
     page.wait_for_selector(f"#dashboard-workers tr.alive th:has-text('{worker.name}')")
     assert not_reloaded(page)
@@ -118,13 +120,14 @@ def test_a_slow_deployment_is_followed_live_and_cancelled_from_its_page(
     assert page.locator("input[name=_save]").count() == 0  # read-only
     mark_page(page)
     log = page.locator("#deployment-log pre")
-    page.wait_for_function(
-        "document.querySelector('#deployment-log pre').textContent.includes('line 3 ')"
+    wait_for_js(
+        page, "document.querySelector('#deployment-log pre').textContent.includes('line 3 ')"
     )
     first = log.inner_text()
     last = max(int(line.split()[1]) for line in first.splitlines() if line.startswith("line "))
     assert last < 140, "the deployment ran too far before the page looked"
-    page.wait_for_function(
+    wait_for_js(
+        page,
         f"document.querySelector('#deployment-log pre').textContent.includes('line {last + 5} ')",
         timeout=10_000,
     )
@@ -140,8 +143,8 @@ def test_a_slow_deployment_is_followed_live_and_cancelled_from_its_page(
         lambda: Deployment.objects.get(pk=deployment.pk).status == DeploymentStatus.CANCELLED,
         message="the deployment to be cancelled",
     )
-    page.wait_for_function(
-        "document.querySelector('#deployment-status').textContent.trim() === 'cancelled'"
+    wait_for_js(
+        page, "document.querySelector('#deployment-status').textContent.trim() === 'cancelled'"
     )
     receiver.wait_for(1)
     page.wait_for_selector(
@@ -158,8 +161,8 @@ def test_a_slow_deployment_is_followed_live_and_cancelled_from_its_page(
     )
     assert kinds.index("created") < kinds.index("claimed") < kinds.index("cancel_requested")
     assert kinds.index("cancel_requested") < kinds.index("finished")
-    page.wait_for_function(
-        "document.querySelector('#deployment-log .log-status').textContent === 'complete'"
+    wait_for_js(
+        page, "document.querySelector('#deployment-log .log-status').textContent === 'complete'"
     )
     shot(page, "deployment-cancelled")
 
