@@ -4,8 +4,10 @@ A daemon thread started when the worker is ready (``worker_ready``) upserts the 
 worker's queues, pool and concurrency and ``last_seen_at = now`` every
 ``CONVEYOR_WORKER_HEARTBEAT`` (5s); a graceful shutdown stamps ``stopped_at``. The dashboard
 shows a worker not seen for three intervals as gone, and what each live worker is running
-from the job rows it holds (``locked_by`` starts with its node name). A failed write is
-logged and tried again on the next beat: the heartbeat must never take a worker down.
+from the job rows it holds (``locked_by`` starts with its node name). After each beat the
+thread folds the job count deltas (``jobs.accounting.counts.fold``, a bounded number of
+batches). A failed write or fold is logged and tried again on the next beat: the heartbeat
+must never take a worker down.
 """
 
 import logging
@@ -19,6 +21,7 @@ from django.conf import settings
 from django.db import close_old_connections, connection
 from django.utils import timezone
 
+from jobs.accounting import counts
 from jobs.models import WorkerHeartbeat
 
 logger = logging.getLogger("jobs")
@@ -65,6 +68,8 @@ def _loop(stop: threading.Event, info: dict) -> None:
             beat(**info)
         except Exception:
             logger.exception("worker.heartbeat_failed", extra={"worker": info["name"]})
+        # Every worker keeps the job count deltas few; a failed fold is logged, never raised.
+        counts.fold_quietly()
         if stop.wait(interval().total_seconds()):
             break
     connection.close()
