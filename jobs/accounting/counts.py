@@ -7,13 +7,10 @@ statement sees one snapshot, and a fold deletes its deltas and adds them to the 
 transaction).
 """
 
-import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from django.db import connection, transaction
-
-logger = logging.getLogger("jobs")
 
 # Deltas folded per statement: small enough to stay well under a second, large enough that
 # a few statements clear a busy minute.
@@ -122,11 +119,3 @@ def by_status(counts: dict[tuple[str, str, str], int], statuses: Iterable[str]) 
     for (_, _, status), n in counts.items():
         summed[status] = summed.get(status, 0) + n
     return summed
-
-
-def fold_quietly() -> None:
-    """Fold, logging instead of raising: for threads that must survive a database error."""
-    try:
-        fold()
-    except Exception:
-        logger.exception("accounting.fold_failed")
