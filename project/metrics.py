@@ -20,6 +20,7 @@ from prometheus_client.core import (
     HistogramMetricFamily,
     SummaryMetricFamily,
 )
+from prometheus_client.utils import floatToGoString
 
 from deployments.models import Deployment, DeploymentStatus
 from jobs import heartbeat
@@ -140,7 +141,7 @@ class DatabaseCollector:
                 cumulative = getattr(figures, buckets)
                 family.add_metric(
                     [queue, task],
-                    [(str(bound), cumulative[i]) for i, bound in enumerate(bounds)]
+                    [(floatToGoString(bound), cumulative[i]) for i, bound in enumerate(bounds)]
                     + [("+Inf", cumulative[-1])],
                     getattr(figures, total),
                 )
