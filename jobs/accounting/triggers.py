@@ -5,11 +5,15 @@ every writer is covered without knowing about the accounting: enqueue, ``bulk_cr
 claim, the fixed statements in ``jobs.statements``, the reaper, operator actions, purge's
 ``DELETE`` and any writer added later.
 
-* **PostgreSQL**: one statement-level trigger per INSERT, UPDATE and DELETE, reading the
-  statement's transition tables and appending one row per (queue, task, status) whose net
-  change is not zero. A lease renewal appends nothing; a 1,000-row purge batch a handful.
-  (PostgreSQL allows no column list on an UPDATE trigger with transition tables, so every
-  UPDATE runs the trigger; the net is computed over the few rows the statement touched.)
+* **PostgreSQL**: INSERT and DELETE triggers per statement, reading the statement's
+  transition tables and appending one row per (queue, task, status) whose net change is not
+  zero: a bulk enqueue or a 1,000-row purge batch appends a handful. UPDATE is a row trigger
+  ``OF status, queue, task`` with a ``WHEN`` that compares them, which PostgreSQL evaluates
+  without calling the function: a lease renewal or any write that keeps all three costs
+  nothing. (A statement trigger with transition tables allows no column list, so it ran on
+  every UPDATE: on a loaded 2-core machine 4,000 single-row status changes took 4.6 s
+  against 1.5 s without triggers, and 4,000 lease renewals 3.0 s against 1.7 s; with the row
+  trigger, 2.0-2.6 s and 1.1-1.8 s, the renewals within the noise.)
 * **SQLite** (the embedded default): row-level triggers, ``UPDATE OF status, queue, task``
   guarded by ``WHEN`` so a write that keeps all three appends nothing.
 
@@ -25,21 +29,19 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 TRIGGER_NAMES = ("conveyor_job_count_ins", "conveyor_job_count_upd", "conveyor_job_count_del")
 
 _NET_OF = {
-    "INSERT": "SELECT queue, task, status, 1 AS n FROM new_rows",
-    "UPDATE": "SELECT queue, task, status, 1 AS n FROM new_rows "
-    "UNION ALL SELECT queue, task, status, -1 AS n FROM old_rows",
-    "DELETE": "SELECT queue, task, status, -1 AS n FROM old_rows",
+    "INSERT": ("NEW TABLE AS new_rows", "SELECT queue, task, status, 1 AS n FROM new_rows"),
+    "DELETE": ("OLD TABLE AS old_rows", "SELECT queue, task, status, -1 AS n FROM old_rows"),
 }
-_TRANSITION_TABLES = {
-    "INSERT": "NEW TABLE AS new_rows",
-    "UPDATE": "OLD TABLE AS old_rows NEW TABLE AS new_rows",
-    "DELETE": "OLD TABLE AS old_rows",
-}
+_CHANGED = (
+    "OLD.status IS DISTINCT FROM NEW.status OR OLD.queue IS DISTINCT FROM NEW.queue "
+    "OR OLD.task IS DISTINCT FROM NEW.task"
+)
 
 
 def _postgresql_install() -> list[str]:
     statements = []
-    for (operation, net), name in zip(_NET_OF.items(), TRIGGER_NAMES, strict=True):
+    for operation, name in (("INSERT", TRIGGER_NAMES[0]), ("DELETE", TRIGGER_NAMES[2])):
+        transition, net = _NET_OF[operation]
         statements += [
             f"""
             CREATE OR REPLACE FUNCTION {name}() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -53,10 +55,25 @@ def _postgresql_install() -> list[str]:
             """,
             f"""
             CREATE OR REPLACE TRIGGER {name} AFTER {operation} ON jobs_job
-            REFERENCING {_TRANSITION_TABLES[operation]}
+            REFERENCING {transition}
             FOR EACH STATEMENT EXECUTE FUNCTION {name}()
             """,
         ]
+    name = TRIGGER_NAMES[1]
+    statements += [
+        f"""
+        CREATE OR REPLACE FUNCTION {name}() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            INSERT INTO jobs_jobcountdelta (queue, task, status, n)
+            VALUES (OLD.queue, OLD.task, OLD.status, -1), (NEW.queue, NEW.task, NEW.status, 1);
+            RETURN NULL;
+        END $$
+        """,
+        f"""
+        CREATE OR REPLACE TRIGGER {name} AFTER UPDATE OF status, queue, task ON jobs_job
+        FOR EACH ROW WHEN ({_CHANGED}) EXECUTE FUNCTION {name}()
+        """,
+    ]
     return statements
 
 
