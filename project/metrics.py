@@ -108,21 +108,10 @@ class DatabaseCollector:
         for (queue, task, status), figures in sorted(ended.items()):
             finished.add_metric([queue, task, status], figures.count)
         yield finished
-        for name, what, bounds, buckets, total in (
-            (
-                "conveyor_job_runtime_seconds",
-                "Run time",
-                RUN_TIME_BOUNDS,
-                "run_time_buckets",
-                "run_time_sum",
-            ),
-            (
-                "conveyor_job_wait_seconds",
-                "Wait from due to claim",
-                WAIT_TIME_BOUNDS,
-                "wait_time_buckets",
-                "wait_time_sum",
-            ),
+        per_pair = stats.ended_per_queue_and_task(ended)
+        for name, what, bounds, field in (
+            ("conveyor_job_runtime_seconds", "Run time", RUN_TIME_BOUNDS, "run_time"),
+            ("conveyor_job_wait_seconds", "Wait from due to claim", WAIT_TIME_BOUNDS, "wait_time"),
         ):
             family = HistogramMetricFamily(
                 name,
@@ -130,21 +119,11 @@ class DatabaseCollector:
                 "estimate, from the per-minute rollup; the last attempt's)",
                 labels=["queue", "task"],
             )
-            per_pair: dict[tuple[str, str], stats.Ended] = {}
-            for (queue, task, _), figures in ended.items():
-                pair = per_pair.setdefault((queue, task), stats.Ended())
-                pair.count += figures.count
-                setattr(pair, total, getattr(pair, total) + getattr(figures, total))
-                for i, n in enumerate(getattr(figures, buckets)):
-                    getattr(pair, buckets)[i] += n
             for (queue, task), figures in sorted(per_pair.items()):
-                cumulative = getattr(figures, buckets)
-                family.add_metric(
-                    [queue, task],
-                    [(floatToGoString(bound), cumulative[i]) for i, bound in enumerate(bounds)]
-                    + [("+Inf", cumulative[-1])],
-                    getattr(figures, total),
-                )
+                cumulative = getattr(figures, f"{field}_buckets")
+                buckets = [(floatToGoString(b), cumulative[i]) for i, b in enumerate(bounds)]
+                buckets.append(("+Inf", cumulative[-1]))
+                family.add_metric([queue, task], buckets, getattr(figures, f"{field}_sum"))
             yield family
 
     def _deployments(self, now):

@@ -24,7 +24,8 @@ class Ended:
     wait_time_buckets: list[int] = field(default_factory=lambda: [0] * (len(WAIT_TIME_BOUNDS) + 1))
     wait_time_sum: float = 0.0
 
-    def add(self, row: JobMinuteStats) -> None:
+    def add(self, row: "JobMinuteStats | Ended") -> None:
+        """Add a minute row's (or another window's) figures to these."""
         self.count += row.count
         self.run_time_sum += row.run_time_sum
         self.wait_time_sum += row.wait_time_sum
@@ -40,6 +41,16 @@ def ended_since(since: datetime) -> dict[tuple[str, str, str], Ended]:
     summed: dict[tuple[str, str, str], Ended] = {}
     for row in JobMinuteStats.objects.filter(minute__gte=first).iterator(chunk_size=2000):
         summed.setdefault((row.queue, row.task, row.status), Ended()).add(row)
+    return summed
+
+
+def ended_per_queue_and_task(
+    ended: dict[tuple[str, str, str], Ended],
+) -> dict[tuple[str, str], Ended]:
+    """Sum ``ended`` over the statuses: ``{(queue, task): Ended}``."""
+    summed: dict[tuple[str, str], Ended] = {}
+    for (queue, task, _), figures in ended.items():
+        summed.setdefault((queue, task), Ended()).add(figures)
     return summed
 
 
