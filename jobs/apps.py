@@ -1,4 +1,17 @@
 from django.apps import AppConfig
+from django.db.models.signals import post_migrate
+
+
+def _ensure_accounting_triggers(using: str = "default", **kwargs) -> None:
+    """Put back the accounting triggers if a migration dropped them (a SQLite table rebuild)."""
+    from django.db import connections
+
+    from jobs.accounting import triggers
+
+    connection = connections[using]
+    tables = set(connection.introspection.table_names())
+    if {"jobs_job", "jobs_jobcount", "jobs_jobcountdelta"} <= tables:
+        triggers.ensure_installed(connection)
 
 
 class JobsConfig(AppConfig):
@@ -11,3 +24,6 @@ class JobsConfig(AppConfig):
         from jobs import conf, deadletter, heartbeat, shutdown, tasks  # noqa: F401
 
         conf.validate()
+        post_migrate.connect(
+            _ensure_accounting_triggers, sender=self, dispatch_uid="jobs.accounting.triggers"
+        )

@@ -4,8 +4,11 @@ A daemon thread started when the worker is ready (``worker_ready``) upserts the 
 worker's queues, pool and concurrency and ``last_seen_at = now`` every
 ``CONVEYOR_WORKER_HEARTBEAT`` (5s); a graceful shutdown stamps ``stopped_at``. The dashboard
 shows a worker not seen for three intervals as gone, and what each live worker is running
-from the job rows it holds (``locked_by`` starts with its node name). A failed write is
-logged and tried again on the next beat: the heartbeat must never take a worker down.
+from the job rows it holds (``locked_by`` starts with its node name). After each beat the
+thread offers to run the ``account_jobs`` maintenance runner (``jobs.maintenance.accounting``:
+fold the job count deltas, refresh the minute rollup), at most once per half interval across
+all workers. A failed write or run is logged and tried again on the next beat: the heartbeat
+must never take a worker down.
 """
 
 import logging
@@ -19,6 +22,8 @@ from django.conf import settings
 from django.db import close_old_connections, connection
 from django.utils import timezone
 
+from jobs.maintenance import runs
+from jobs.maintenance.accounting import account
 from jobs.models import WorkerHeartbeat
 
 logger = logging.getLogger("jobs")
@@ -65,9 +70,20 @@ def _loop(stop: threading.Event, info: dict) -> None:
             beat(**info)
         except Exception:
             logger.exception("worker.heartbeat_failed", extra={"worker": info["name"]})
+        _account()
         if stop.wait(interval().total_seconds()):
             break
     connection.close()
+
+
+def _account() -> None:
+    # Every worker offers to run the account_jobs runner, so the count deltas stay few and
+    # the rollup fresh without beat; its lock and "not too often" check keep it to one run
+    # per half interval across all workers. It must never stop the beats.
+    try:
+        runs.run("account_jobs", account)
+    except Exception:
+        logger.exception("worker.accounting_failed")
 
 
 def _describe(consumer) -> dict:

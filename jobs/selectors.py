@@ -1,8 +1,8 @@
 """Read-only views of the job engine: queue statistics for /api/v1/queue and queue_stats."""
 
-from django.db.models import Count, Max, Min
 from django.utils import timezone
 
+from jobs.accounting import counts, queues
 from jobs.models import Job, JobStatus, MaintenanceRun
 
 # A runner whose last completed run is older than this many intervals is flagged.
@@ -12,24 +12,24 @@ RECENT_LIMIT = 20
 
 
 def queue_stats(*, recent: int = RECENT_LIMIT) -> dict:
-    """Count jobs by status, by queue and by task; age of the oldest queued job; recent jobs."""
+    """Count jobs by status, by queue and by task; age of the oldest queued job; recent jobs.
+
+    The counts come from the engine's accounting (exact, a few small rows); the oldest age
+    from one index lookup per queue; ``recent`` from the newest ids.
+    """
     now = timezone.now()
-    by_status = dict.fromkeys(JobStatus.values, 0)
-    for row in Job.objects.values("status").annotate(n=Count("pk")).order_by():
-        by_status[row["status"]] = row["n"]
-    by_queue: dict[str, dict[str, int]] = {}
-    for row in Job.objects.values("queue", "status").annotate(n=Count("pk")).order_by():
-        by_queue.setdefault(row["queue"], dict.fromkeys(JobStatus.values, 0))[row["status"]] = row[
-            "n"
-        ]
-    by_task: dict[str, dict[str, int]] = {}
-    for row in Job.objects.values("task", "status").annotate(n=Count("pk")).order_by():
-        by_task.setdefault(row["task"], dict.fromkeys(JobStatus.values, 0))[row["status"]] = row[
-            "n"
-        ]
-    oldest = Job.objects.filter(status=JobStatus.QUEUED, run_after__lte=now).aggregate(
-        t=Min("run_after")
-    )["t"]
+    found = counts.read()
+    statuses = JobStatus.values
+    by_queue = {
+        name: {**dict.fromkeys(statuses, 0), **per}
+        for name, per in sorted(counts.by(found, "queue").items())
+    }
+    by_task = {
+        name: {**dict.fromkeys(statuses, 0), **per}
+        for name, per in sorted(counts.by(found, "task").items())
+    }
+    by_status = counts.by_status(found, statuses)
+    oldest = min(queues.oldest_queued(queues.queue_names(found), now=now).values(), default=None)
     return {
         "maintenance": maintenance_status(now=now),
         "by_status": by_status,
@@ -68,10 +68,12 @@ def maintenance_status(*, now=None) -> list[dict]:
     now = now or timezone.now()
     intervals = {name: (interval, True) for name, interval in configured_intervals().items()}
     intervals.update(scheduled_intervals())
-    latest_ids = (
-        MaintenanceRun.objects.values("runner").annotate(last=Max("pk")).values_list("last")
-    )
-    last_runs = {run.runner: run for run in MaintenanceRun.objects.filter(pk__in=latest_ids)}
+    # One lookup per runner on (runner, finished_at), not a GROUP BY over every record kept.
+    last_runs = {}
+    for runner in intervals:
+        run = MaintenanceRun.objects.filter(runner=runner).order_by("-finished_at", "-id").first()
+        if run is not None:
+            last_runs[runner] = run
     installed = dict(
         PeriodicTask.objects.filter(task__startswith=TASK_PREFIX).values_list(
             "task", "date_changed"

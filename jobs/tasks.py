@@ -5,6 +5,7 @@ import time
 from celery import shared_task
 
 from jobs.maintenance import runs
+from jobs.maintenance.accounting import account
 from jobs.maintenance.purge import purge
 from jobs.maintenance.reaper import reap
 from jobs.maintenance.sweeper import sweep
@@ -39,6 +40,12 @@ def sweep_jobs(force: bool = False) -> dict:
 def purge_jobs(force: bool = False) -> dict:
     """Delete finished jobs past their retention (see jobs.maintenance.purge)."""
     return runs.run_task("purge_jobs", purge, force=force)
+
+
+@shared_task(name="maintenance.account_jobs", ignore_result=True)
+def account_jobs(force: bool = False) -> dict:
+    """Fold job count deltas and refresh the per-minute rollup (see jobs.maintenance.accounting)."""
+    return runs.run_task("account_jobs", account, force=force)
 
 
 class DjangoTask(JobTask):

@@ -6,16 +6,23 @@ beat schedules) out of the way in one "Plumbing" section at the end.
 
 from django.contrib import admin
 from django.core.exceptions import PermissionDenied
+from django.http import JsonResponse
+from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
-from django.urls import path
+from django.urls import path, reverse
 
 from jobs.permissions import allowed
 from project import charts, dashboard
+from project.api_errors import error_body
 
 PLUMBING_APPS = ("django_celery_results", "django_celery_beat")
 # Beat models nobody here schedules with: hidden from the index (still reachable by URL).
 HIDDEN_MODELS = {("django_celery_beat", "clockedschedule"), ("django_celery_beat", "solarschedule")}
 REFRESH_SECONDS = 3
+# The parts of the dashboard its refresh re-renders (templates admin/console/dashboard/*.html,
+# each inside the element with id dashboard-<name>).
+DASHBOARD_PARTS = ("stamp", "queues", "chart", "workers", "deployments", "maintenance")
+QUEUE_FIGURES = ("queue", "queued", "running", "retrying", "dead_24h", "oldest_age", "broker_depth")
 
 
 class ConsoleAdminSite(admin.AdminSite):
@@ -27,6 +34,11 @@ class ConsoleAdminSite(admin.AdminSite):
     def get_urls(self):
         return [
             path("dashboard/", self.admin_view(self.dashboard_view), name="dashboard"),
+            path(
+                "dashboard/data.json",
+                self.admin_view(self.dashboard_data_view),
+                name="dashboard_data",
+            ),
             *super().get_urls(),
         ]
 
@@ -58,6 +70,28 @@ class ConsoleAdminSite(admin.AdminSite):
 
     def dashboard_view(self, request):
         """The live dashboard: queues, charts, workers, deployments in flight."""
+        context = self._dashboard_context(request)
+        return TemplateResponse(request, "admin/console/dashboard.html", context)
+
+    def dashboard_data_view(self, request):
+        """The dashboard's 3-second refresh: each live part re-rendered, and the queue figures."""
+        if not allowed(request.user, "metrics.view"):
+            body = error_body("forbidden", "the dashboard needs the metrics.view permission")
+            return JsonResponse(body, status=403)
+        context = self._dashboard_context(request)
+        parts = {
+            f"dashboard-{name}": render_to_string(
+                f"admin/console/dashboard/{name}.html", context, request=request
+            )
+            for name in DASHBOARD_PARTS
+        }
+        queues = [{key: row[key] for key in QUEUE_FIGURES} for row in context["queues"]]
+        return JsonResponse(
+            {"now": context["now"], "queues": queues, "parts": parts},
+            headers={"Cache-Control": "no-store"},
+        )
+
+    def _dashboard_context(self, request) -> dict:
         if not allowed(request.user, "metrics.view"):
             raise PermissionDenied
         range_name = request.GET.get("range", "1h")
@@ -65,14 +99,14 @@ class ConsoleAdminSite(admin.AdminSite):
         points = data["chart"]["points"]
         label_every = 10 if data["chart"]["range"] == "1h" else 3
         fmt = "%H:%M"
-        context = {
+        return {
             **self.each_context(request),
             "title": "Dashboard",
             "refresh_seconds": REFRESH_SECONDS,
+            "refresh_url": reverse("admin:dashboard_data") + f"?range={data['chart']['range']}",
             "chart_svg": charts.stacked_bars(points, label_every=label_every, fmt=fmt),
             "chart_total_ok": sum(p["succeeded"] for p in points),
             "chart_total_failed": sum(p["failed"] for p in points),
             "ranges": list(dashboard.RANGES),
             **data,
         }
-        return TemplateResponse(request, "admin/console/dashboard.html", context)

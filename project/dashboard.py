@@ -2,28 +2,29 @@
 
 Every figure is read from the database (and the broker's own queue lengths) when the page is
 drawn, so every web process shows the same numbers; each comes with the admin list it counts.
+No figure counts the job table: live counts come from the engine's accounting, the charts
+and dead-in-24-hours from its per-minute rollup (``jobs.accounting``).
 """
 
 import logging
 from datetime import timedelta
 from urllib.parse import urlencode
 
-from django.db.models import Count, Min, Q
-from django.db.models.functions import TruncHour, TruncMinute
 from django.urls import reverse
 from django.utils import timezone
 
 from deployments.models import ACTIVE, Deployment, DeploymentStatus, StepRun, StepStatus
 from jobs import heartbeat
+from jobs.accounting import counts, queues, stats
 from jobs.models import Job, JobStatus, WorkerHeartbeat
-from project.celery import QUEUES, app
+from project.celery import app
 
 logger = logging.getLogger(__name__)
 DEAD_WINDOW = timedelta(hours=24)
-# Chart ranges: name -> (span, bucket size, truncation).
+# Chart ranges: name -> (span, bucket size).
 RANGES = {
-    "1h": (timedelta(hours=1), timedelta(minutes=1), TruncMinute),
-    "24h": (timedelta(hours=24), timedelta(hours=1), TruncHour),
+    "1h": (timedelta(hours=1), timedelta(minutes=1)),
+    "24h": (timedelta(hours=24), timedelta(hours=1)),
 }
 
 
@@ -57,43 +58,34 @@ def broker_depths(queues) -> dict[str, int | None]:
 
 
 def queue_rows(now=None) -> list[dict]:
-    """Per queue: queued, running, retrying, dead in 24 h, oldest queued age, broker depth."""
+    """Per queue: queued, running, retrying, dead in 24 h, oldest queued age, broker depth.
+
+    Live counts are exact, from the engine's accounting; dead in 24 h is an estimate from the
+    per-minute rollup; the oldest age is one index lookup per queue.
+    """
     now = now or timezone.now()
-    names = set(QUEUES) | set(Job.objects.values_list("queue", flat=True).distinct())
-    counts = {
-        (row["queue"], row["status"]): row["n"]
-        for row in Job.objects.filter(
-            status__in=[JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.RETRYING]
-        )
-        .values("queue", "status")
-        .annotate(n=Count("pk"))
-        .order_by()
-    }
+    found = counts.read()
+    names = queues.queue_names(found)
+    per_queue = counts.by(found, "queue")
     since = now - DEAD_WINDOW
-    dead = dict(
-        Job.objects.filter(status=JobStatus.DEAD, finished_at__gte=since)
-        .values_list("queue")
-        .annotate(n=Count("pk"))
-        .order_by()
-    )
-    oldest = dict(
-        Job.objects.filter(status=JobStatus.QUEUED, run_after__lte=now)
-        .values_list("queue")
-        .annotate(t=Min("run_after"))
-        .order_by()
-    )
-    depths = broker_depths(sorted(names))
+    dead: dict[str, int] = {}
+    for (queue, _, status), figures in stats.ended_since(since).items():
+        if status == JobStatus.DEAD:
+            dead[queue] = dead.get(queue, 0) + figures.count
+    oldest = queues.oldest_queued(names, now=now)
+    depths = broker_depths(names)
     rows = []
-    for name in sorted(names):
+    for name in names:
+        live = per_queue.get(name, {})
         age = (now - oldest[name]).total_seconds() if name in oldest else None
         rows.append(
             {
                 "queue": name,
-                "queued": counts.get((name, JobStatus.QUEUED), 0),
+                "queued": live.get(JobStatus.QUEUED, 0),
                 "queued_url": _jobs_url(queue=name, status__exact=JobStatus.QUEUED),
-                "running": counts.get((name, JobStatus.RUNNING), 0),
+                "running": live.get(JobStatus.RUNNING, 0),
                 "running_url": _jobs_url(queue=name, status__exact=JobStatus.RUNNING),
-                "retrying": counts.get((name, JobStatus.RETRYING), 0),
+                "retrying": live.get(JobStatus.RETRYING, 0),
                 "retrying_url": _jobs_url(queue=name, status__exact=JobStatus.RETRYING),
                 "dead_24h": dead.get(name, 0),
                 "dead_24h_url": _jobs_url(
@@ -108,45 +100,33 @@ def queue_rows(now=None) -> list[dict]:
 
 
 def throughput(range_name: str = "1h", now=None) -> dict:
-    """Jobs that finished per bucket: succeeded, and failures (dead, or failed for a retry).
+    """Jobs that ended per bucket: succeeded, and failed (ended dead), from the minute rollup.
 
-    A failure is counted when the attempt ended: dead jobs by ``finished_at``, retrying jobs
-    by ``updated_at`` (their last failure); a job retried many times counts once, at its last.
+    An estimate (see jobs.accounting.rollup); a job counts once, in the minute it ended.
     """
-    span, step, trunc = RANGES[range_name]
+    span, step = RANGES[range_name]
     now = now or timezone.now()
     first = now - span
     buckets = []
     t = now.replace(second=0, microsecond=0)
-    if step >= timedelta(hours=1):
+    hourly = step >= timedelta(hours=1)
+    if hourly:
         t = t.replace(minute=0)
     while t > first - step and len(buckets) < 200:
         buckets.append(t)
         t -= step
     buckets.reverse()
-    ok = dict(
-        Job.objects.filter(status=JobStatus.SUCCEEDED, finished_at__gte=buckets[0])
-        .annotate(b=trunc("finished_at"))
-        .values_list("b")
-        .annotate(n=Count("pk"))
-        .order_by()
-    )
-    failed: dict = {}
-    for field, status in (("finished_at", JobStatus.DEAD), ("updated_at", JobStatus.RETRYING)):
-        rows = (
-            Job.objects.filter(Q(status=status), **{f"{field}__gte": buckets[0]})
-            .annotate(b=trunc(field))
-            .values_list("b")
-            .annotate(n=Count("pk"))
-            .order_by()
-        )
-        for bucket, n in rows:
-            failed[bucket] = failed.get(bucket, 0) + n
+    ended = stats.ended_per_bucket(buckets[0], hourly=hourly)
     return {
         "range": range_name,
         "step_seconds": int(step.total_seconds()),
         "points": [
-            {"at": b, "succeeded": ok.get(b, 0), "failed": failed.get(b, 0)} for b in buckets
+            {
+                "at": b,
+                "succeeded": ended.get((b, JobStatus.SUCCEEDED), 0),
+                "failed": ended.get((b, JobStatus.DEAD), 0),
+            }
+            for b in buckets
         ],
     }
 

@@ -10,22 +10,31 @@ import logging
 from datetime import timedelta
 
 from django.conf import settings
-from django.db.models import Count, DurationField, F, Min, Sum
+from django.db.models import Count, DurationField, F, Sum
 from django.http import HttpResponse
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from prometheus_client.core import GaugeMetricFamily, SummaryMetricFamily
+from prometheus_client.core import (
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    SummaryMetricFamily,
+)
+from prometheus_client.utils import floatToGoString
 
 from deployments.models import Deployment, DeploymentStatus
 from jobs import heartbeat
-from jobs.models import Job, JobStatus, TokenScope, WorkerHeartbeat
+from jobs.accounting import counts, queues, stats
+from jobs.accounting.rollup import RUN_TIME_BOUNDS, WAIT_TIME_BOUNDS
+from jobs.models import JobStatus, TokenScope, WorkerHeartbeat
 from jobs.tokens import token_authenticate
 from webhooks.models import Delivery, DeliveryAttempt, DeliveryStatus
 
 logger = logging.getLogger(__name__)
 # Deployment durations are summarised over this window (finished deployments only).
 DURATION_WINDOW = timedelta(hours=24)
+# Job throughput and time histograms are summed over this window of the minute rollup.
+STATS_WINDOW = timedelta(hours=1)
 
 
 def _allowed_networks() -> list:
@@ -62,35 +71,60 @@ class DatabaseCollector:
         yield from self._maintenance()
 
     def _jobs(self, now):
+        found = counts.read()
         jobs = GaugeMetricFamily(
-            "conveyor_jobs", "Jobs by queue, task and status", labels=["queue", "task", "status"]
+            "conveyor_jobs",
+            "Jobs by queue, task and status (exact, from the engine's accounting)",
+            labels=["queue", "task", "status"],
         )
-        for row in Job.objects.values("queue", "task", "status").annotate(n=Count("pk")).order_by():
-            jobs.add_metric([row["queue"], row["task"], row["status"]], row["n"])
+        for (queue, task, status), n in sorted(found.items()):
+            jobs.add_metric([queue, task, status], n)
         yield jobs
         oldest = GaugeMetricFamily(
             "conveyor_job_oldest_queued_age_seconds",
             "Age of the oldest job due and still queued, per queue",
             labels=["queue"],
         )
-        rows = (
-            Job.objects.filter(status=JobStatus.QUEUED, run_after__lte=now)
-            .values_list("queue")
-            .annotate(t=Min("run_after"))
-            .order_by()
-        )
-        for queue, first in rows:
+        for queue, first in queues.oldest_queued(queues.queue_names(found), now=now).items():
             oldest.add_metric([queue], (now - first).total_seconds())
         yield oldest
         dead = GaugeMetricFamily(
             "conveyor_dead_letters", "Dead jobs kept for an operator, per queue", labels=["queue"]
         )
-        rows = (
-            Job.objects.filter(status=JobStatus.DEAD).values_list("queue").annotate(n=Count("pk"))
-        )
-        for queue, n in rows.order_by():
-            dead.add_metric([queue], n)
+        for queue, per in sorted(counts.by(found, "queue").items()):
+            if per.get(JobStatus.DEAD):
+                dead.add_metric([queue], per[JobStatus.DEAD])
         yield dead
+        yield from self._job_stats(now)
+
+    def _job_stats(self, now):
+        ended = stats.ended_since(now - STATS_WINDOW)
+        finished = GaugeMetricFamily(
+            "conveyor_jobs_ended_last_hour",
+            "Jobs that ended in the last hour, by queue, task and final status "
+            "(an estimate, from the per-minute rollup)",
+            labels=["queue", "task", "status"],
+        )
+        for (queue, task, status), figures in sorted(ended.items()):
+            finished.add_metric([queue, task, status], figures.count)
+        yield finished
+        per_pair = stats.ended_per_queue_and_task(ended)
+        for name, what, bounds, field in (
+            ("conveyor_job_runtime_seconds", "Run time", RUN_TIME_BOUNDS, "run_time"),
+            ("conveyor_job_wait_seconds", "Wait from due to claim", WAIT_TIME_BOUNDS, "wait_time"),
+        ):
+            family = HistogramMetricFamily(
+                name,
+                f"{what} of the jobs that ended in the last hour, by queue and task (an "
+                "estimate, from the per-minute rollup; the last attempt's)",
+                labels=["queue", "task"],
+            )
+            for (queue, task), figures in sorted(per_pair.items()):
+                cumulative = getattr(figures, f"{field}_buckets")
+                buckets = [(floatToGoString(b), cumulative[i]) for i, b in enumerate(bounds)]
+                buckets.append(("+Inf", cumulative[-1]))
+                family.add_metric([queue, task], buckets, getattr(figures, f"{field}_sum"))
+            yield family
 
     def _deployments(self, now):
         yield _by_status(

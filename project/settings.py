@@ -233,6 +233,8 @@ CONVEYOR_WORKER_HEARTBEAT = env.duration("CONVEYOR_WORKER_HEARTBEAT", "5s")
 CONVEYOR_METRICS_ALLOW = env.string("CONVEYOR_METRICS_ALLOW", "")
 CONVEYOR_REAPER_INTERVAL = env.duration("CONVEYOR_REAPER_INTERVAL", "1m")
 CONVEYOR_SWEEPER_INTERVAL = env.duration("CONVEYOR_SWEEPER_INTERVAL", "1m")
+# How often the account_jobs runner folds job count deltas and refreshes the minute rollup.
+CONVEYOR_ACCOUNTING_INTERVAL = env.duration("CONVEYOR_ACCOUNTING_INTERVAL", "5s")
 CONVEYOR_SWEEPER_GRACE = env.duration("CONVEYOR_SWEEPER_GRACE", "1m")
 CONVEYOR_PURGE_INTERVAL = env.duration("CONVEYOR_PURGE_INTERVAL", "1h")
 CONVEYOR_PURGE_COMPLETED_RETENTION = env.duration("CONVEYOR_PURGE_COMPLETED_RETENTION", "7d")
@@ -320,6 +322,11 @@ LOGGING = {
 CONVEYOR_PERIODIC_TASKS = [
     ("conveyor: reap expired job leases", "maintenance.reap_jobs", CONVEYOR_REAPER_INTERVAL),
     ("conveyor: sweep unclaimed jobs", "maintenance.sweep_jobs", CONVEYOR_SWEEPER_INTERVAL),
+    (
+        "conveyor: fold job counts and refresh job statistics",
+        "maintenance.account_jobs",
+        CONVEYOR_ACCOUNTING_INTERVAL,
+    ),
     ("conveyor: purge finished jobs", "maintenance.purge_jobs", CONVEYOR_PURGE_INTERVAL),
     (
         "conveyor: fetch git workspaces",

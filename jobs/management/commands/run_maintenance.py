@@ -3,7 +3,12 @@ from django.core.management.base import BaseCommand, CommandError
 from jobs.maintenance.runs import TASK_PREFIX
 
 # The names the first version of this command accepted.
-ALIASES = {"reap": "reap_jobs", "sweep": "sweep_jobs", "purge": "purge_jobs"}
+ALIASES = {
+    "reap": "reap_jobs",
+    "sweep": "sweep_jobs",
+    "purge": "purge_jobs",
+    "account": "account_jobs",
+}
 
 
 def runners() -> dict:

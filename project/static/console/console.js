@@ -1,7 +1,9 @@
 // Conveyor console: live parts of admin pages, without a full reload and without libraries.
 //
-// * [data-refresh-every="N"] on a container: every N seconds the page is fetched again and
-//   each element of the page marked [data-refresh] (with an id) gets its new content.
+// * [data-refresh-every="N"] on a container: every N seconds each element of the page marked
+//   [data-refresh] (with an id) gets its new content: from the container's data-refresh-url
+//   when it has one (a small JSON endpoint answering {"parts": {id: html}}), else from the
+//   whole page fetched again.
 // * #deployment-log[data-url]: follows a deployment's log from data-next until complete,
 //   and "Load earlier" fetches the bytes before data-start.
 // * form[data-confirm]: asks before submitting.
@@ -11,20 +13,44 @@
   function refreshParts(root) {
     var seconds = parseFloat(root.getAttribute("data-refresh-every")) || 3;
     var busy = false;
-    function tick() {
-      if (busy || document.hidden) return;
-      busy = true;
-      fetch(window.location.href, { credentials: "same-origin", headers: { "X-Console-Refresh": "1" } })
+    var url = root.getAttribute("data-refresh-url");
+    function replace(freshHtmlOf) {
+      document.querySelectorAll("[data-refresh][id]").forEach(function (el) {
+        var html = freshHtmlOf(el.id);
+        if (html != null && html !== el.innerHTML) el.innerHTML = html;
+      });
+      document.dispatchEvent(new CustomEvent("console:refreshed"));
+    }
+    function fromJson() {
+      return fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } })
+        .then(function (r) { return r.ok ? r.json() : null; })
+        .then(function (data) {
+          if (!data || !data.parts) return;
+          // Parsed as a template, so an element's markup is taken as the browser would have.
+          replace(function (id) {
+            if (!(id in data.parts)) return null;
+            var holder = document.getElementById(id).cloneNode(false);
+            holder.innerHTML = data.parts[id];
+            return holder.innerHTML;
+          });
+        });
+    }
+    function fromPage() {
+      return fetch(window.location.href, { credentials: "same-origin", headers: { "X-Console-Refresh": "1" } })
         .then(function (r) { return r.ok ? r.text() : null; })
         .then(function (html) {
           if (!html) return;
           var fresh = new DOMParser().parseFromString(html, "text/html");
-          document.querySelectorAll("[data-refresh][id]").forEach(function (el) {
-            var next = fresh.getElementById(el.id);
-            if (next && next.innerHTML !== el.innerHTML) el.innerHTML = next.innerHTML;
+          replace(function (id) {
+            var next = fresh.getElementById(id);
+            return next ? next.innerHTML : null;
           });
-          document.dispatchEvent(new CustomEvent("console:refreshed"));
-        })
+        });
+    }
+    function tick() {
+      if (busy || document.hidden) return;
+      busy = true;
+      (url ? fromJson() : fromPage())
         .catch(function () {})
         .finally(function () { busy = false; });
     }
