@@ -217,7 +217,9 @@ class DeploymentAdmin(ApprovalAdminMixin, admin.ModelAdmin):
             request,
             deployment_id,
             "deployment.retry",
-            lambda pk, user: services.deployment_retry(deployment_id=pk, triggered_by=user),
+            lambda pk, user: services.deployment_retry(
+                deployment_id=pk, triggered_by=user, triggered_by_user=request.user
+            ),
             "Retried as deployment {result.pk}.",
         )
 
@@ -265,7 +267,9 @@ class DeploymentAdmin(ApprovalAdminMixin, admin.ModelAdmin):
             queryset,
             "retried",
             lambda d: services.deployment_retry(
-                deployment_id=d.pk, triggered_by=request.user.username
+                deployment_id=d.pk,
+                triggered_by=request.user.username,
+                triggered_by_user=request.user,
             ),
         )
 

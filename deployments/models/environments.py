@@ -10,7 +10,7 @@ from django.db import models
 from django.db.models import Q
 
 from deployments.models.deployments import Deployment
-from deployments.models.projects import Project, name_validator
+from deployments.models.projects import EnvironmentNameField, Project, name_validator
 
 MAX_REQUIRED_APPROVALS = 10
 
@@ -19,7 +19,7 @@ class Environment(models.Model):
     """The rules of one (project, environment): who must approve, how long to wait, freezes."""
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="environments")
-    name = models.CharField(max_length=64, validators=[name_validator])
+    name = EnvironmentNameField(max_length=64, validators=[name_validator])
     protected = models.BooleanField(
         default=False, help_text="deployments wait for approvals before they may run"
     )
@@ -37,6 +37,12 @@ class Environment(models.Model):
     )
     wait_timer = models.PositiveIntegerField(
         default=0, help_text="seconds after creation before a deployment may start"
+    )
+    refs = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="refs that may deploy here, glob patterns such as main or release/* "
+        "(empty: any ref)",
     )
     freeze = models.JSONField(
         default=list,

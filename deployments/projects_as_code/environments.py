@@ -3,13 +3,14 @@
 ::
 
     environments:
-      - name: production
+      - name: production            # folded to lower case: Production is production
         protected: true             # deployments wait for approvals
         required_approvals: 2       # default 1 when protected; at most 10
         approvers:                  # who may approve (default: staff with approve_deployment)
           users: [alice, bob]
           groups: [release-managers]
         allow_self_approval: false
+        refs: [main, "release/*"]   # refs that may deploy here (glob; * stops at /)
         wait_timer: 10m             # a deployment may not start earlier after its creation
         freeze:                     # see deployments.freeze
           - {name: weekend, cron: "0 18 * * fri", duration: 62h, timezone: Europe/Paris}
@@ -18,16 +19,20 @@
 An environment the document leaves out keeps its rules, or loses them with ``prune``.
 """
 
+import re
 from dataclasses import dataclass, field
 
 from deployments.freeze import parse_window
 from deployments.models.environments import MAX_REQUIRED_APPROVALS
+from deployments.models.projects import canonical_environment
 from deployments.validation import NAME, matches
 
 ENVIRONMENT_KEYS = {
     "name", "protected", "required_approvals", "approvers", "allow_self_approval",
-    "wait_timer", "freeze",
+    "wait_timer", "freeze", "refs",
 }  # fmt: skip
+MAX_REFS = 50
+REF_GLOB = re.compile(r"[A-Za-z0-9_*?][A-Za-z0-9._/@+*?-]{0,254}")
 APPROVER_KEYS = {"users", "groups"}
 MAX_WAIT_TIMER = 30 * 24 * 3600
 MAX_WINDOWS = 50
@@ -58,6 +63,7 @@ def parse_environments(raw: object, where: str, errors: list[str], seconds) -> l
         if not matches(NAME, name):
             errors.append(f"{here}.name: required; 1-64 letters, digits, '.', '_' or '-'")
             continue
+        name = canonical_environment(name)
         if name in names:
             errors.append(f"{here}.name: {name!r} is declared twice")
         names.add(name)
@@ -92,7 +98,20 @@ def _fields(item: dict, here: str, errors: list[str], seconds) -> dict:
         "allow_self_approval": self_approval,
         "wait_timer": wait or 0,
         "freeze": _windows(item.get("freeze"), f"{here}.freeze", errors),
+        "refs": _refs(item.get("refs"), f"{here}.refs", errors),
     }
+
+
+def _refs(raw: object, where: str, errors: list[str]) -> list[str]:
+    if raw is None:
+        return []
+    if not isinstance(raw, list) or len(raw) > MAX_REFS:
+        errors.append(f"{where}: must be a list of at most {MAX_REFS} ref patterns")
+        return []
+    for pattern in raw:
+        if not matches(REF_GLOB, pattern) or ".." in pattern:
+            errors.append(f"{where}: {pattern!r} is not a ref pattern such as main or release/*")
+    return [p for p in raw if isinstance(p, str)]
 
 
 def _approvers(raw: object, where: str, errors: list[str]) -> tuple[list[str], list[str]]:
