@@ -125,7 +125,7 @@ def ref_pattern(pattern: str) -> re.Pattern:
 
 def check_ref(rules: Environment, ref: str) -> None:
     """Raise RefNotAllowed unless ``ref`` matches one of the environment's ``refs`` globs."""
-    allowed = rules.refs or []
+    allowed = [pattern for pattern in rules.refs or [] if isinstance(pattern, str)]
     if not allowed or any(ref_pattern(pattern).fullmatch(ref) for pattern in allowed):
         return
     raise RefNotAllowed(

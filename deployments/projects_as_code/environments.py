@@ -19,11 +19,16 @@
 An environment the document leaves out keeps its rules, or loses them with ``prune``.
 """
 
-import re
 from dataclasses import dataclass, field
 
+from django.core.exceptions import ValidationError
+
 from deployments.freeze import parse_window
-from deployments.models.environments import MAX_REQUIRED_APPROVALS
+from deployments.models.environments import (
+    MAX_REF_PATTERNS,
+    MAX_REQUIRED_APPROVALS,
+    validate_ref_patterns,
+)
 from deployments.models.projects import canonical_environment
 from deployments.validation import NAME, matches
 
@@ -31,8 +36,7 @@ ENVIRONMENT_KEYS = {
     "name", "protected", "required_approvals", "approvers", "allow_self_approval",
     "wait_timer", "freeze", "refs",
 }  # fmt: skip
-MAX_REFS = 50
-REF_GLOB = re.compile(r"[A-Za-z0-9_*?][A-Za-z0-9._/@+*?-]{0,254}")
+
 APPROVER_KEYS = {"users", "groups"}
 MAX_WAIT_TIMER = 30 * 24 * 3600
 MAX_WINDOWS = 50
@@ -105,13 +109,12 @@ def _fields(item: dict, here: str, errors: list[str], seconds) -> dict:
 def _refs(raw: object, where: str, errors: list[str]) -> list[str]:
     if raw is None:
         return []
-    if not isinstance(raw, list) or len(raw) > MAX_REFS:
-        errors.append(f"{where}: must be a list of at most {MAX_REFS} ref patterns")
+    try:
+        validate_ref_patterns(raw)
+    except ValidationError as exc:
+        errors.append(f"{where}: must be {exc.messages[0]} (at most {MAX_REF_PATTERNS})")
         return []
-    for pattern in raw:
-        if not matches(REF_GLOB, pattern) or ".." in pattern:
-            errors.append(f"{where}: {pattern!r} is not a ref pattern such as main or release/*")
-    return [p for p in raw if isinstance(p, str)]
+    return list(raw)
 
 
 def _approvers(raw: object, where: str, errors: list[str]) -> tuple[list[str], list[str]]:

@@ -154,6 +154,12 @@ def test_the_admin_stores_the_canonical_name_and_sees_a_spelling_as_taken(make_p
     assert list(Environment.objects.values_list("name", "refs")) == [("qa", ["main"])]
     again = console.post("/admin/deployments/environment/add/", {**form, "name": "Qa"})
     assert again.status_code == 200 and Environment.objects.count() == 1
+    for refs in ('"main"', "[3]", '["-x"]'):
+        bad = console.post(
+            "/admin/deployments/environment/add/", {**form, "name": "dev", "refs": refs}
+        )
+        assert bad.status_code == 200 and "ref pattern" in bad.content.decode()
+    assert Environment.objects.count() == 1
 
 
 def test_the_data_migration_lowers_names_and_keeps_the_strictest_rules(make_project):
