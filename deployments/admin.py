@@ -220,7 +220,9 @@ class DeploymentAdmin(ApprovalAdminMixin, ConveyorModelAdmin):
             request,
             deployment_id,
             "deployment.retry",
-            lambda pk, user: services.deployment_retry(deployment_id=pk, triggered_by=user),
+            lambda pk, user: services.deployment_retry(
+                deployment_id=pk, triggered_by=user, triggered_by_user=request.user
+            ),
             "Retried as deployment {result.pk}.",
         )
 
@@ -268,7 +270,9 @@ class DeploymentAdmin(ApprovalAdminMixin, ConveyorModelAdmin):
             queryset,
             "retried",
             lambda d: services.deployment_retry(
-                deployment_id=d.pk, triggered_by=request.user.username
+                deployment_id=d.pk,
+                triggered_by=request.user.username,
+                triggered_by_user=request.user,
             ),
         )
 

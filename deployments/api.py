@@ -11,8 +11,8 @@ from pydantic import ConfigDict
 from deployments import selectors, services, timeline
 from deployments.errors import DeploymentNotFound
 from deployments.models import FINISHED, Deployment, DeploymentStatus, Project
-from jobs.auth import actor, require_scope
-from jobs.idempotency import IdempotencyConflict, run_once
+from jobs.auth import acting_user, actor, require_scope
+from jobs.idempotency import IdempotencyConflict, run_once, token_scoped
 from jobs.models import ApiToken, TokenScope
 from project.api_errors import ApiError
 from project.pagination import DEFAULT_LIMIT, MAX_LIMIT, paginate
@@ -60,6 +60,9 @@ class DeploymentOut(Schema):
     pipeline: str
     params: dict
     triggered_by: str
+    triggered_by_user: str | None = Field(
+        None, description="the person behind it (a console user or the token's user)"
+    )
     duration_seconds: float | None = None
 
 
@@ -148,6 +151,7 @@ def trigger(request: HttpRequest, response: HttpResponse, slug: str, payload: Tr
             pipeline=payload.pipeline,
             params=payload.params,
             triggered_by=actor(request),
+            triggered_by_user=acting_user(request),
             idempotency_key=key,
             override_freeze=payload.override_freeze,
         )
@@ -163,7 +167,8 @@ def create_once(request: HttpRequest, response: HttpResponse, create) -> Status:
     key = request.headers.get("Idempotency-Key")
 
     def handler() -> tuple[int, dict]:
-        return 201, as_json(create(key))
+        # Keys are the token's own (jobs.idempotency), down to the one stored on the row.
+        return 201, as_json(create(token_scoped(request.auth, key)))
 
     if key is None:
         status, body = handler()
@@ -190,7 +195,9 @@ def list_deployments(
 ):
     require_scope(request, TokenScope.READ)
     project = visible_project(request, slug)
-    deployments = Deployment.objects.select_related("project").filter(project=project)
+    deployments = Deployment.objects.select_related("project", "triggered_by_user").filter(
+        project=project
+    )
     if filters.status:
         deployments = deployments.filter(status=filters.status)
     if filters.environment:
@@ -295,7 +302,11 @@ def get_timeline(request: HttpRequest, deployment_id: int):
 def retry(request: HttpRequest, response: HttpResponse, deployment_id: int):
     require_scope(request, TokenScope.DEPLOY)
     visible_deployment(request, deployment_id)
-    new = services.deployment_retry(deployment_id=deployment_id, triggered_by=actor(request))
+    new = services.deployment_retry(
+        deployment_id=deployment_id,
+        triggered_by=actor(request),
+        triggered_by_user=acting_user(request),
+    )
     response["Location"] = f"/api/v1/deployments/{new.pk}"
     return Status(201, selectors.deployment_as_dict(new))
 

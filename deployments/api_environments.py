@@ -2,7 +2,6 @@
 
 from datetime import datetime
 
-from django.contrib.auth import get_user_model
 from django.http import HttpRequest, HttpResponse
 from ninja import Field, Query, Router, Schema
 from pydantic import ConfigDict
@@ -17,7 +16,7 @@ from deployments.api import (
 )
 from deployments.environments import Approver
 from deployments.validation import clean_environment
-from jobs.auth import actor, require_scope
+from jobs.auth import acting_user, actor, require_scope
 from jobs.models import ApiToken, TokenScope
 from project.pagination import DEFAULT_LIMIT, MAX_LIMIT, paginate
 
@@ -75,6 +74,9 @@ class DecisionIn(Schema):
     model_config = ConfigDict(extra="forbid")
 
     comment: str = Field("", max_length=2000)
+    override_freeze: bool = Field(
+        False, description="release inside a freeze window (audited); approve only"
+    )
 
 
 class DoraQuery(Schema):
@@ -117,13 +119,19 @@ class DoraOut(Schema):
 
 
 def approver_of(request: HttpRequest) -> Approver:
-    """Name the approver behind an admin token: the user who created it, if one exists."""
+    """Name the approver behind a token: the person it belongs to (None: it may not approve).
+
+    The person is the token's ``user``, never guessed from who created it or its name.
+    """
     token: ApiToken = request.auth
-    user = None
-    if token.created_by:
-        user = get_user_model().objects.filter(username=token.created_by, is_active=True).first()
-    name = user.username if user is not None else actor(request)
-    return Approver(name=name, user=user, aliases=frozenset({actor(request)}))
+    user = acting_user(request)
+    name = user.get_username() if user is not None else f"token:{token.name}"
+    return Approver(
+        name=name,
+        user=user,
+        aliases=frozenset({f"token:{token.name}"}),
+        label=actor(request),
+    )
 
 
 @router.get(
@@ -180,6 +188,7 @@ def rollback_environment(
             environment=name,
             to_deployment_id=payload.deployment_id,
             triggered_by=actor(request),
+            triggered_by_user=acting_user(request),
             idempotency_key=key,
             override_freeze=payload.override_freeze,
         )
@@ -209,10 +218,12 @@ def _decide(request: HttpRequest, deployment_id: int, payload: DecisionIn | None
     """An approver's decision (admin scope) on a deployment the token may see."""
     require_scope(request, TokenScope.ADMIN)
     visible_deployment(request, deployment_id)
+    payload = payload or DecisionIn()
     deployment = decide(
         deployment_id=deployment_id,
         approver=approver_of(request),
-        comment=(payload or DecisionIn()).comment,
+        comment=payload.comment,
+        override_freeze=payload.override_freeze,
     )
     return selectors.deployment_as_dict(deployment)
 

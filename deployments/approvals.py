@@ -4,9 +4,16 @@ A deployment to a protected environment is created ``waiting_approval`` with no 
 approver decides once (an ``Approval`` row, audited). One rejection ends it ``cancelled``
 with reason ``rejected``; the ``required_approvals``-th distinct approval moves it to
 ``pending`` and writes its job, from which point the per-environment lock and the
-concurrency policy apply as for any deployment. Past ``CONVEYOR_APPROVAL_TIMEOUT`` it ends
-``cancelled/approval_expired`` (``deployments.maintenance.approvals`` sweeps; a decision
-arriving late expires it too).
+concurrency policy apply as for any deployment. Only a person approves
+(``environments.may_approve``).
+
+The freeze is checked again at release: an approval that would start the deployment while
+a freeze window is open is refused (409 ``environment_frozen``, nothing recorded) and the
+deployment keeps waiting, so it can be approved once the window closes; an approver may
+pass ``override_freeze``, audited as ``deployment.freeze_override`` as at trigger.
+
+Past ``CONVEYOR_APPROVAL_TIMEOUT`` it ends ``cancelled/approval_expired``
+(``deployments.maintenance.approvals`` sweeps; a decision arriving late expires it too).
 """
 
 from django.db import transaction
@@ -32,17 +39,31 @@ S = DeploymentStatus
 EXPIRY_ACTOR = "approval-expiry"
 
 
-def deployment_approve(*, deployment_id: int, approver: Approver, comment: str = "") -> Deployment:
-    """Record ``approver``'s approval; start the deployment once it has enough of them."""
-    return _decide(deployment_id, approver, ApprovalDecision.APPROVED, comment)
+def deployment_approve(
+    *,
+    deployment_id: int,
+    approver: Approver,
+    comment: str = "",
+    override_freeze: bool = False,
+) -> Deployment:
+    """Record ``approver``'s approval; start the deployment once it has enough of them.
+
+    Raises EnvironmentFrozen (recording nothing) when this approval would start it inside
+    an open freeze window, unless ``override_freeze``.
+    """
+    return _decide(deployment_id, approver, ApprovalDecision.APPROVED, comment, override_freeze)
 
 
-def deployment_reject(*, deployment_id: int, approver: Approver, comment: str = "") -> Deployment:
+def deployment_reject(
+    *, deployment_id: int, approver: Approver, comment: str = "", override_freeze: bool = False
+) -> Deployment:
     """Record ``approver``'s rejection, which ends the deployment ``cancelled/rejected``."""
-    return _decide(deployment_id, approver, ApprovalDecision.REJECTED, comment)
+    return _decide(deployment_id, approver, ApprovalDecision.REJECTED, comment, False)
 
 
-def _decide(deployment_id: int, approver: Approver, decision: str, comment: str) -> Deployment:
+def _decide(
+    deployment_id: int, approver: Approver, decision: str, comment: str, override_freeze: bool
+) -> Deployment:
     found = Deployment.objects.filter(pk=deployment_id).values("project_id", "environment").first()
     if found is None:
         raise DeploymentNotFound(f"no deployment {deployment_id}")
@@ -64,8 +85,18 @@ def _decide(deployment_id: int, approver: Approver, decision: str, comment: str)
                 return _reject(deployment, approver)
             approvals = deployment.approvals.filter(decision=ApprovalDecision.APPROVED).count()
             if approvals >= rules.required_approvals:
-                return _release(deployment, rules, approvals=approvals)
-            log_deployment("deployment.approved_once", deployment, approver=approver.name)
+                # Raised inside the atomic block: the approval above is rolled back too.
+                window = environments.frozen_window(rules, override_freeze=override_freeze)
+                released = _release(deployment, rules, approvals=approvals)
+                if window is not None:
+                    audit(
+                        approver.shown(),
+                        "deployment.freeze_override",
+                        released,
+                        {"window": window.name, "closes_at": window.closes_at.isoformat()},
+                    )
+                return released
+            log_deployment("deployment.approved_once", deployment, approver=approver.shown())
             return deployment
     # Outside the atomic block, so the expiry stays committed while the caller hears why.
     raise NotWaitingApproval(
@@ -86,12 +117,12 @@ def _record(deployment: Deployment, approver: Approver, decision: str, comment: 
         decision=decision,
         comment=comment,
     )
-    audit(approver.name, f"deployment.{decision}", deployment, {"comment": comment})
+    audit(approver.shown(), f"deployment.{decision}", deployment, {"comment": comment})
 
 
 def _reject(deployment: Deployment, approver: Approver) -> Deployment:
     cancelled = lifecycle.cancel_pending(
-        deployment, reason=FailureReason.REJECTED, actor=approver.name
+        deployment, reason=FailureReason.REJECTED, actor=approver.shown()
     )
     return cancelled or deployment
 

@@ -72,3 +72,22 @@ class AlreadyDecided(DeploymentError):
 
 class ApprovalRefused(DeploymentError):
     """This approver may not decide on the deployment (self-approval, not an approver) (403)."""
+
+
+class UndeclaredEnvironment(InvalidRequest):
+    """The project declares its environments and this is not one of them (422)."""
+
+    def __init__(self, message: str, *, declared: list[str]) -> None:
+        super().__init__(message, field="environment")
+        self.details = {
+            "fields": [{"field": "body.environment", "message": message}],
+            "declared": declared,
+        }
+
+
+class RefNotAllowed(DeploymentError):
+    """The environment's ``refs`` rule does not admit this ref (422); ``details`` names it."""
+
+    def __init__(self, message: str, *, ref: str, allowed: list[str]) -> None:
+        super().__init__(message)
+        self.details = {"ref": ref, "allowed_refs": allowed}

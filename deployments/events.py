@@ -67,8 +67,10 @@ def event_data(deployment: Deployment) -> dict:
 def _recipients(deployment: Deployment, topic: str) -> list:
     if topic not in INBOX_TOPICS:
         return []
-    users = get_user_model().objects.filter(username=deployment.triggered_by, is_active=True)
-    return list(users.values_list("pk", flat=True))
+    users = get_user_model().objects.filter(is_active=True)
+    if deployment.triggered_by_user_id is not None:
+        return list(users.filter(pk=deployment.triggered_by_user_id).values_list("pk", flat=True))
+    return list(users.filter(username=deployment.triggered_by).values_list("pk", flat=True))
 
 
 def emit(topic: str, deployment: Deployment) -> None:

@@ -31,7 +31,9 @@ def environment_names(project: Project) -> list[str]:
 
 def environment_history(project: Project, name: str) -> QuerySet:
     """Return the environment's deployments, newest first."""
-    return Deployment.objects.select_related("project").filter(project=project, environment=name)
+    return Deployment.objects.select_related("project", "triggered_by_user").filter(
+        project=project, environment=name
+    )
 
 
 def environment_summary(project: Project, name: str, *, rules: Environment | None = None) -> dict:

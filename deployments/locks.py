@@ -6,10 +6,15 @@ wait" and "I am done, wake the next one" can never interleave into a lost wake-u
 """
 
 from deployments.models import EnvironmentLock
+from deployments.models.projects import canonical_environment
 
 
 def lock_environment(project_id: int, environment: str) -> EnvironmentLock:
-    """Take (creating it if needed) the lock row of one (project, environment)."""
+    """Take (creating it if needed) the lock row of one (project, environment).
+
+    The name is canonicalised here too, so two spellings can never hold two locks.
+    """
+    environment = canonical_environment(environment)
     EnvironmentLock.objects.bulk_create(
         [EnvironmentLock(project_id=project_id, environment=environment)], ignore_conflicts=True
     )

@@ -14,26 +14,29 @@ from jobs import owners
 from jobs.models import Job
 
 
+def _info(deployment: Deployment) -> owners.OwnerInfo:
+    return owners.OwnerInfo(
+        kind="deployment",
+        id=deployment.pk,
+        label=f"deployment {deployment.pk} ({deployment.project.slug}/"
+        f"{deployment.environment}@{deployment.ref})",
+        status=deployment.status,
+        url=reverse("admin:deployments_deployment_change", args=[deployment.pk]),
+        failed=deployment.status == DeploymentStatus.FAILED,
+        api_path=f"/api/v1/deployments/{deployment.pk}",
+    )
+
+
 def _describe(jobs: list[Job]) -> dict[int, owners.OwnerInfo]:
     ids = {job.pk: (job.payload or {}).get("deployment_id") for job in jobs}
     found = Deployment.objects.select_related("project").in_bulk(
         [i for i in ids.values() if i is not None]
     )
-    described = {}
-    for job_id, deployment_id in ids.items():
-        deployment = found.get(deployment_id)
-        if deployment is None:
-            continue
-        described[job_id] = owners.OwnerInfo(
-            kind="deployment",
-            id=deployment.pk,
-            label=f"deployment {deployment.pk} ({deployment.project.slug}/"
-            f"{deployment.environment}@{deployment.ref})",
-            status=deployment.status,
-            url=reverse("admin:deployments_deployment_change", args=[deployment.pk]),
-            failed=deployment.status == DeploymentStatus.FAILED,
-        )
-    return described
+    return {
+        job_id: _info(found[deployment_id])
+        for job_id, deployment_id in ids.items()
+        if deployment_id in found
+    }
 
 
 def _deployment_id(job: Job) -> int:
@@ -43,11 +46,15 @@ def _deployment_id(job: Job) -> int:
     return int(deployment_id)
 
 
-def _retry(job: Job, actor: str) -> Job:
+def _retry(job: Job, actor: str, user=None) -> Job | owners.OwnerInfo:
     try:
-        new = services.deployment_retry(deployment_id=_deployment_id(job), triggered_by=actor)
+        new = services.deployment_retry(
+            deployment_id=_deployment_id(job), triggered_by=actor, triggered_by_user=user
+        )
     except DeploymentError as exc:
         raise owners.OwnerRefused(str(exc)) from exc
+    if new.job_id is None:  # waiting for approval: the new deployment is what was made
+        return _info(new)
     return Job.objects.get(pk=new.job_id)
 
 

@@ -60,6 +60,7 @@ def deployment_rollback(
     environment: str,
     to_deployment_id: int | None = None,
     triggered_by: str = "system",
+    triggered_by_user=None,
     idempotency_key: str | None = None,
     override_freeze: bool = False,
 ) -> Deployment:
@@ -90,7 +91,9 @@ def deployment_rollback(
             if to_deployment_id is None
             else _chosen(project, environment, to_deployment_id, current)
         )
-        gate = environments.gate(project, environment, override_freeze=override_freeze)
+        gate = environments.gate(
+            project, environment, ref=target.ref, override_freeze=override_freeze
+        )
         try:
             with transaction.atomic():
                 deployment = services._insert(
@@ -107,6 +110,7 @@ def deployment_rollback(
                     rollback_of=target,
                     undoes=current,
                     triggered_by=triggered_by,
+                    triggered_by_user=triggered_by_user,
                     idempotency_key=idempotency_key,
                     request_fingerprint=fingerprint if idempotency_key else "",
                 )

@@ -11,11 +11,20 @@ MAX_LOG_LIMIT = 8 * 1024 * 1024
 def deployment_get(*, deployment_id: int) -> Deployment:
     """Return one deployment (with its project), or raise DeploymentNotFound."""
     found = (
-        Deployment.objects.select_related("project", "retry_of").filter(pk=deployment_id).first()
+        Deployment.objects.select_related("project", "retry_of", "triggered_by_user")
+        .filter(pk=deployment_id)
+        .first()
     )
     if found is None:
         raise DeploymentNotFound(f"no deployment {deployment_id}")
     return found
+
+
+def person_of(deployment: Deployment) -> str | None:
+    """Return the username of the person behind ``deployment``, or None."""
+    if deployment.triggered_by_user_id is None:
+        return None
+    return deployment.triggered_by_user.get_username()
 
 
 def deployment_as_dict(deployment: Deployment) -> dict:
@@ -38,6 +47,7 @@ def deployment_as_dict(deployment: Deployment) -> dict:
         "pipeline": deployment.pipeline_name,
         "params": deployment.params,
         "triggered_by": deployment.triggered_by,
+        "triggered_by_user": person_of(deployment),
         "cancel_requested_at": deployment.cancel_requested_at,
         "steps": deployment.steps,
         "duration_seconds": deployment_duration(deployment),

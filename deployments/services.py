@@ -57,6 +57,7 @@ def deployment_create(
     pipeline: str | None = None,
     params: dict | None = None,
     triggered_by: str = "system",
+    triggered_by_user=None,
     idempotency_key: str | None = None,
     override_freeze: bool = False,
 ) -> Deployment:
@@ -91,7 +92,7 @@ def deployment_create(
         steps = found.snapshot()
         if not steps:
             raise InvalidRequest(f"pipeline {pipeline_name!r} has no steps", field="pipeline")
-        gate = environments.gate(project, environment, override_freeze=override_freeze)
+        gate = environments.gate(project, environment, ref=ref, override_freeze=override_freeze)
         try:
             with transaction.atomic():
                 deployment = _insert(
@@ -105,6 +106,7 @@ def deployment_create(
                     steps=steps,
                     timeout=project.deployment_timeout,
                     triggered_by=triggered_by,
+                    triggered_by_user=triggered_by_user,
                     idempotency_key=idempotency_key,
                     request_fingerprint=fingerprint if idempotency_key else "",
                 )
@@ -121,6 +123,7 @@ def deployment_retry(
     *,
     deployment_id: int,
     triggered_by: str = "system",
+    triggered_by_user=None,
     idempotency_key: str | None = None,
     override_freeze: bool = False,
 ) -> Deployment:
@@ -145,7 +148,10 @@ def deployment_retry(
                 f"deployment {original.pk} is {original.status}: only a finished one can be retried"
             )
         gate = environments.gate(
-            original.project, original.environment, override_freeze=override_freeze
+            original.project,
+            original.environment,
+            ref=original.ref,
+            override_freeze=override_freeze,
         )
         deployment = _insert(
             original.project,
@@ -163,6 +169,7 @@ def deployment_retry(
             rollback_of_id=original.rollback_of_id,
             undoes_id=original.undoes_id,
             triggered_by=triggered_by,
+            triggered_by_user=triggered_by_user,
             idempotency_key=idempotency_key,
             request_fingerprint=fingerprint if idempotency_key else "",
         )

@@ -5,7 +5,8 @@ Sources, none of them written for the timeline except ``DeploymentEvent``:
 * the deployment's own timestamps — created (by whom), claimed (by which worker), cancel
   requested, finished (with its reason);
 * ``DeploymentEvent`` — waiting for the environment, behind which deployment;
-* the AuditLog — who cancelled or retried it;
+* the AuditLog — who approved, rejected, cancelled or retried it, and freeze overrides
+  (each names the person and the token: ``alice via token:ci``);
 * its step runs — each step's start, exit code and duration;
 * its job — each attempt's end (worker, outcome, reason);
 * its webhook events, every delivery attempt of them (endpoint, status code, latency) and the
@@ -24,6 +25,7 @@ from datetime import datetime
 from django.db.models import Q
 
 from deployments.models import Deployment, DeploymentEvent, StepRun
+from deployments.selectors import person_of
 from jobs import attempts
 from jobs.models import AuditLog, Job, Notification
 from webhooks.models import DeliveryAttempt, Event
@@ -31,6 +33,9 @@ from webhooks.models import DeliveryAttempt, Event
 KINDS = (
     "created",
     "waiting",
+    "approved",
+    "rejected",
+    "freeze_override",
     "claimed",
     "step_started",
     "step_finished",
@@ -69,6 +74,7 @@ def deployment_timeline(deployment: Deployment, *, show_webhook_urls: bool = Fal
             f"created by {d.triggered_by}"
             + (f" as attempt {d.attempt}, retry of #{d.retry_of_id}" if d.retry_of_id else ""),
             actor=d.triggered_by,
+            user=person_of(d),
             retry_of=d.retry_of_id,
             attempt=d.attempt,
             job_id=d.job_id,
@@ -168,6 +174,28 @@ def _audit(d: Deployment) -> list[dict]:
             found.append(
                 _entry(
                     row.at, "cancel_requested", f"cancel requested by {row.actor}", actor=row.actor
+                )
+            )
+        elif row.action in ("deployment.approved", "deployment.rejected"):
+            kind = row.action.removeprefix("deployment.")
+            found.append(
+                _entry(
+                    row.at,
+                    kind,
+                    f"{kind} by {row.actor}",
+                    actor=row.actor,
+                    comment=row.details.get("comment") or None,
+                )
+            )
+        elif row.action == "deployment.freeze_override":
+            window = row.details.get("window")
+            found.append(
+                _entry(
+                    row.at,
+                    "freeze_override",
+                    f"freeze window {window!r} overridden by {row.actor}",
+                    actor=row.actor,
+                    window=window,
                 )
             )
         elif row.action == "deployment.retry":

@@ -4,7 +4,7 @@ import json
 import re
 
 from deployments.errors import InvalidRequest
-from deployments.models.projects import NAME_PATTERN
+from deployments.models.projects import NAME_PATTERN, canonical_environment
 
 NAME = re.compile(NAME_PATTERN)
 REF_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._/@+-]{0,254}")
@@ -35,12 +35,16 @@ def clean_ref(ref: object) -> str:
 
 
 def clean_environment(environment: object) -> str:
-    """Return ``environment`` if it is a valid name; raise otherwise."""
+    """Return ``environment`` in its canonical (lower-case) form if valid; raise otherwise.
+
+    The whole string must be a name (no surrounding space is stripped, as for every name);
+    letters are then folded to lower case, so every spelling names one environment.
+    """
     if not matches(NAME, environment):
         raise InvalidRequest(
             "environment must be 1-64 letters, digits, '.', '_' or '-'", field="environment"
         )
-    return environment
+    return canonical_environment(environment)
 
 
 def clean_params(params: object) -> dict:

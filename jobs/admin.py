@@ -15,12 +15,12 @@ from django.urls import path
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
-from jobs import attempts, owners, tokens
+from jobs import attempts, owners
+from jobs.admin_tokens import ApiTokenAdmin  # noqa: F401 - registers the token admin
 from jobs.changelist import JobPaginator, QueueFilter, TaskFilter
 from jobs.errors import IllegalTransition, JobNotFound
 from jobs.models import (
     FINISHED,
-    ApiToken,
     AuditLog,
     Job,
     JobStatus,
@@ -38,7 +38,7 @@ def _run_for_each(modeladmin, request, queryset: QuerySet, action, verb: str) ->
     done, refused = 0, []
     for job_id in queryset.values_list("pk", flat=True):
         try:
-            action(job_id, actor=request.user.get_username())
+            _act(action, job_id, request)
             done += 1
         except (IllegalTransition, JobNotFound) as exc:
             refused.append(str(exc))
@@ -48,6 +48,13 @@ def _run_for_each(modeladmin, request, queryset: QuerySet, action, verb: str) ->
         modeladmin.message_user(
             request, f"{len(refused)} refused: " + "; ".join(refused[:5]), messages.WARNING
         )
+
+
+def _act(action, job_id: int, request):
+    """Call a retry or cancel as the console user (retries also record the person)."""
+    if action is owners.job_retry:
+        return action(job_id, actor=request.user.get_username(), user=request.user)
+    return action(job_id, actor=request.user.get_username())
 
 
 def _second(when) -> str:
@@ -216,10 +223,17 @@ class JobAdmin(ConveyorModelAdmin):
         if not allowed(request.user, permission):
             raise PermissionDenied
         try:
-            job = action(job_id, actor=request.user.get_username())
+            job = _act(action, job_id, request)
         except (IllegalTransition, JobNotFound) as exc:
             self.message_user(request, str(exc), messages.ERROR)
             return redirect("admin:jobs_job_change", job_id)
+        if isinstance(job, owners.OwnerInfo):  # created, but it has no job yet
+            self.message_user(
+                request,
+                f"{verb} job {job_id} through its owner: {job.label} is {job.status}.",
+                messages.SUCCESS,
+            )
+            return redirect(job.url) if job.url else redirect("admin:jobs_job_change", job_id)
         if job.pk != job_id:
             self.message_user(
                 request,
@@ -341,57 +355,6 @@ class NotificationAdmin(ConveyorModelAdmin):
     def mark_read(self, request, queryset):
         updated = queryset.filter(read_at__isnull=True).update(read_at=timezone.now())
         self.message_user(request, f"Marked {updated} notification(s) as read.", messages.SUCCESS)
-
-
-@admin.register(ApiToken)
-class ApiTokenAdmin(ConveyorModelAdmin):
-    list_display = (
-        "name",
-        "prefix",
-        "scope",
-        "created_at",
-        "last_used_at",
-        "expires_at",
-        "revoked_at",
-    )
-    list_filter = ("scope",)
-    search_fields = ("name", "prefix")
-    fields = (
-        "name",
-        "scope",
-        "expires_at",
-        "prefix",
-        "created_by",
-        "created_at",
-        "last_used_at",
-        "revoked_at",
-    )
-    readonly_fields = ("prefix", "created_by", "created_at", "last_used_at", "revoked_at")
-    actions = ("revoke",)
-
-    has_revoke_apitoken_permission = permission_check("revoke_apitoken")
-
-    def save_model(self, request, obj: ApiToken, form, change) -> None:
-        if change:
-            super().save_model(request, obj, form, change)
-            return
-        token, raw = tokens.token_create(
-            name=obj.name,
-            scope=obj.scope,
-            expires_at=obj.expires_at,
-            created_by=request.user.get_username(),
-        )
-        obj.pk = token.pk
-        obj.refresh_from_db()
-        self.message_user(
-            request, f"Token created. Copy it now, it is not shown again: {raw}", messages.WARNING
-        )
-
-    @admin.action(description="Revoke selected tokens", permissions=["revoke_apitoken"])
-    def revoke(self, request, queryset):
-        for token in queryset.filter(revoked_at__isnull=True):
-            tokens.token_revoke(token, actor=request.user.get_username())
-        self.message_user(request, "Revoked.", messages.SUCCESS)
 
 
 @admin.register(MaintenanceRun)

@@ -9,7 +9,7 @@ from ninja import Field, Query, Router, Schema, Status
 
 from jobs import owners
 from jobs.attempts import history
-from jobs.auth import actor, require_scope
+from jobs.auth import acting_user, actor, require_scope
 from jobs.models import Job, JobReason, JobStatus, TokenScope
 from jobs.selectors import queue_stats
 from project.pagination import DEFAULT_LIMIT, MAX_LIMIT, paginate
@@ -70,6 +70,11 @@ class JobOut(Schema):
     @staticmethod
     def resolve_attempts_history(job: Job) -> list[dict]:
         return history(job)
+
+
+class RetryCreatedOut(Schema):
+    job: None = Field(None, description="no job yet: what the owner created waits")
+    created: OwnerOut = Field(description="what the retry created, e.g. a deployment")
 
 
 class RecentJob(Schema):
@@ -148,14 +153,21 @@ def get_job(request: HttpRequest, job_id: int):
 
 @router.post(
     "/jobs/{int:job_id}/retry",
-    response=JobOut,
+    response={200: JobOut, 202: RetryCreatedOut},
     summary="Queue a dead or cancelled job again (through its deployment or delivery)",
     description="A job owned by a deployment retries the deployment (the new deployment's "
-    "job is returned); one owned by a webhook delivery replays the delivery (its new job).",
+    "job is returned); one owned by a webhook delivery replays the delivery (its new job). "
+    "When what the retry created has no job yet (a deployment waiting for approval): 202 "
+    "with `created`, the new deployment, and `Location` pointing at it.",
 )
-def retry_job(request: HttpRequest, job_id: int):
+def retry_job(request: HttpRequest, response: HttpResponse, job_id: int):
     require_scope(request, TokenScope.ADMIN)
-    return owners.job_retry(job_id, actor=actor(request))
+    result = owners.job_retry(job_id, actor=actor(request), user=acting_user(request))
+    if isinstance(result, owners.OwnerInfo):
+        if result.api_path:
+            response["Location"] = result.api_path
+        return Status(202, {"job": None, "created": vars(result)})
+    return result
 
 
 @router.post(

@@ -43,5 +43,17 @@ def require_scope(request, scope: TokenScope) -> ApiToken:
 
 
 def actor(request) -> str:
-    """Name the caller for the audit log: ``token:<name>``."""
-    return f"token:{request.auth.name}"
+    """Name the caller for the audit log: ``token:<name>``, or ``<user> via token:<name>``."""
+    return token_actor(request.auth)
+
+
+def token_actor(token: ApiToken) -> str:
+    """Name a token's caller: its person (if it has one) and the token."""
+    if token.user_id is None:
+        return f"token:{token.name}"
+    return f"{token.user.get_username()} via token:{token.name}"
+
+
+def acting_user(request):
+    """Return the person the request's token acts for, or None."""
+    return request.auth.user if request.auth.user_id is not None else None

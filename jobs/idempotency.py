@@ -1,5 +1,9 @@
 """``Idempotency-Key`` for POST requests (IETF draft semantics), keyed per token and path.
 
+Keys belong to the token that sent them (as Stripe's belong to an API key): two tokens
+never see each other's keys, even on one project, and ``token_scoped`` gives what a
+service stores beside the object it made (a deployment's ``idempotency_key``).
+
 * first request with a key: runs, and its 2xx answer is stored;
 * same key, same body: the stored answer again, marked ``Idempotent-Replayed: true``;
 * same key, other body: 422; same key while the first is still running: 409.
@@ -41,6 +45,16 @@ def fingerprint(body: bytes) -> str:
     except ValueError:
         canonical = body
     return hashlib.sha256(canonical).hexdigest()
+
+
+def token_scoped(token: ApiToken, key: str | None) -> str | None:
+    """Return ``key`` as stored beside what it made: prefixed with its token, so per token."""
+    if key is None:
+        return None
+    scoped = f"{token.pk}:{key}"
+    if len(scoped) <= MAX_KEY_LENGTH:
+        return scoped
+    return f"{token.pk}:sha256:{hashlib.sha256(key.encode()).hexdigest()}"
 
 
 def run_once(

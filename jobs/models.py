@@ -179,6 +179,15 @@ class ApiToken(models.Model):
     prefix = models.CharField(max_length=16, db_index=True, help_text="identifies the token")
     token_hash = models.CharField(max_length=64, unique=True, editable=False)
     scope = models.CharField(max_length=10, choices=TokenScope.choices, default=TokenScope.READ)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        related_name="api_tokens",
+        help_text="the person this token acts for (approvals need one); deactivating them "
+        "stops the token",
+    )
     created_by = models.CharField(max_length=150, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
@@ -188,7 +197,10 @@ class ApiToken(models.Model):
     class Meta:
         ordering = ["-created_at"]
         verbose_name = "API token"
-        permissions = [("revoke_apitoken", "Can revoke API tokens")]
+        permissions = [
+            ("revoke_apitoken", "Can revoke API tokens"),
+            ("grant_admin_token", "Can create admin-scope API tokens or raise a token to admin"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.name} ({self.prefix}…, {self.scope})"

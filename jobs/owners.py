@@ -6,9 +6,11 @@ own ``deployments.run``, webhooks own ``webhooks.deliver``) registers, per task 
 
 * ``describe(jobs)`` — says, for a batch of jobs, which row owns each one, its status and
   where it is shown (for the Jobs list, the job page and the API);
-* ``retry(job, actor)`` / ``cancel(job, actor)`` — carries out an operator's retry or cancel
-  of the job through the owner's own rules (a deployment retry is a new deployment; a
-  delivery retry is a replay), returning the job that now does the work;
+* ``retry(job, actor, user)`` / ``cancel(job, actor)`` — carries out an operator's retry or
+  cancel of the job through the owner's own rules (a deployment retry is a new deployment;
+  a delivery retry is a replay), as ``actor`` for the person ``user`` (or None), returning
+  the job that now does the work — or, when what the retry created has no job yet (a
+  deployment waiting for approval), the ``OwnerInfo`` of what it created;
 * ``failed_job_ids()`` — a queryset of ids of jobs whose owner failed, however the job
   itself ended (a deployment's job succeeds even when the deployment fails).
 
@@ -41,12 +43,13 @@ class OwnerInfo:
     status: str
     url: str = ""
     failed: bool = False
+    api_path: str = ""  # where the API shows it, e.g. /api/v1/deployments/12
 
 
 @dataclass(frozen=True)
 class Owner:
     describe: Callable[[list[Job]], dict[int, OwnerInfo]]
-    retry: Callable[[Job, str], Job]
+    retry: Callable[[Job, str, object | None], "Job | OwnerInfo"]
     cancel: Callable[[Job, str], Job]
     failed_job_ids: Callable[[], QuerySet]
     # Shown on the Jobs page next to the buttons, e.g. "Retry creates a new deployment".
@@ -92,13 +95,17 @@ def _job(job_id: int) -> Job:
     return job
 
 
-def job_retry(job_id: int, *, actor: str) -> Job:
-    """Retry a job as an operator: through its owner if it has one. Returns the job now queued."""
+def job_retry(job_id: int, *, actor: str, user=None) -> Job | OwnerInfo:
+    """Retry a job as an operator: through its owner if it has one.
+
+    Returns the job now queued, or the OwnerInfo of what the owner created when that has
+    no job yet (it waits for an approval, say): the retry happened either way.
+    """
     job = _job(job_id)
     owner = _OWNERS.get(job.task)
     if owner is None:
         return services.job_retry(job_id, actor=actor)
-    return owner.retry(job, actor)
+    return owner.retry(job, actor, user)
 
 
 def job_cancel(job_id: int, *, actor: str) -> Job:

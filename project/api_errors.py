@@ -60,6 +60,8 @@ _DEPLOYMENT_ERRORS = {
     deployment_errors.NotWaitingApproval: (409, "conflict"),
     deployment_errors.AlreadyDecided: (409, "already_decided"),
     deployment_errors.ApprovalRefused: (403, "forbidden"),
+    deployment_errors.UndeclaredEnvironment: (422, "invalid"),
+    deployment_errors.RefNotAllowed: (422, "ref_not_allowed"),
 }
 
 

@@ -43,7 +43,7 @@ def _describe(jobs: list[Job]) -> dict[int, owners.OwnerInfo]:
     return described
 
 
-def _retry(job: Job, actor: str) -> Job:
+def _retry(job: Job, actor: str, user=None) -> Job:
     try:
         delivery = services.delivery_replay(delivery_id=_delivery_id(job), actor=actor)
     except WebhookError as exc:

@@ -1,9 +1,10 @@
 """What ran: a Deployment (its state machine), its StepRuns and its append-only log chunks."""
 
+from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
-from deployments.models.projects import Pipeline, Project
+from deployments.models.projects import EnvironmentNameField, Pipeline, Project
 from deployments.models.workspaces import Worktree
 
 
@@ -68,7 +69,7 @@ class Deployment(models.Model):
     """
 
     project = models.ForeignKey(Project, on_delete=models.PROTECT, related_name="deployments")
-    environment = models.CharField(max_length=64)
+    environment = EnvironmentNameField(max_length=64)
     ref = models.CharField(max_length=255)
     commit_sha = models.CharField(max_length=64, blank=True, default="")
     pipeline = models.ForeignKey(
@@ -109,6 +110,15 @@ class Deployment(models.Model):
         null=True, blank=True, help_text="commit time of commit_sha, from git (lead time)"
     )
     triggered_by = models.CharField(max_length=200, default="system")
+    triggered_by_user = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        help_text="the person behind the trigger, retry or rollback (a console user or "
+        "the person a token belongs to)",
+    )
     idempotency_key = models.CharField(max_length=200, null=True, blank=True)
     request_fingerprint = models.CharField(max_length=64, blank=True, default="")
     job_id = models.BigIntegerField(null=True, blank=True, help_text="the jobs.Job running it")

@@ -5,21 +5,36 @@ An ``Environment`` row, written by projects-as-code (``environments:``) or the a
 rules to one (project, name). Without a row an environment is unprotected and never frozen.
 """
 
+import re
+
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
 
 from deployments.models.deployments import Deployment
-from deployments.models.projects import Project, name_validator
+from deployments.models.projects import EnvironmentNameField, Project, name_validator
 
 MAX_REQUIRED_APPROVALS = 10
+MAX_REF_PATTERNS = 50
+# A ref (validation.REF_PATTERN) in which '*' and '?' may also stand for characters.
+REF_GLOB = re.compile(r"[A-Za-z0-9_*?][A-Za-z0-9._/@+*?-]{0,254}")
+
+
+def validate_ref_patterns(value: object) -> None:
+    """Refuse anything but a short list of ref globs such as ``main`` or ``release/*``."""
+    if not isinstance(value, list) or len(value) > MAX_REF_PATTERNS:
+        raise ValidationError(f"a list of at most {MAX_REF_PATTERNS} ref patterns")
+    for pattern in value:
+        if not isinstance(pattern, str) or not REF_GLOB.fullmatch(pattern) or ".." in pattern:
+            raise ValidationError(f"{pattern!r} is not a ref pattern such as main or release/*")
 
 
 class Environment(models.Model):
     """The rules of one (project, environment): who must approve, how long to wait, freezes."""
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="environments")
-    name = models.CharField(max_length=64, validators=[name_validator])
+    name = EnvironmentNameField(max_length=64, validators=[name_validator])
     protected = models.BooleanField(
         default=False, help_text="deployments wait for approvals before they may run"
     )
@@ -37,6 +52,13 @@ class Environment(models.Model):
     )
     wait_timer = models.PositiveIntegerField(
         default=0, help_text="seconds after creation before a deployment may start"
+    )
+    refs = models.JSONField(
+        default=list,
+        blank=True,
+        validators=[validate_ref_patterns],
+        help_text="refs that may deploy here, glob patterns such as main or release/* "
+        "(empty: any ref)",
     )
     freeze = models.JSONField(
         default=list,

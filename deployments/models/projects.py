@@ -13,6 +13,38 @@ name_validator = RegexValidator(
 )
 
 
+def canonical_environment(name: object) -> object:
+    """Return an environment name in its one canonical form: ASCII lower-case.
+
+    ``Production``, ``PRODUCTION`` and ``production`` are one environment. Only ASCII is
+    folded (the name pattern allows nothing else), so no other character can fold into a
+    valid name; anything that is not a string is returned unchanged for the validators.
+    """
+    if not isinstance(name, str):
+        return name
+    return "".join(c.lower() if "A" <= c <= "Z" else c for c in name)
+
+
+class EnvironmentNameField(models.CharField):
+    """A CharField holding an environment name, always stored and looked up canonically.
+
+    Every write (``pre_save``) and every query value (``get_prep_value``) goes through
+    ``canonical_environment``, so no path (API, admin, projects-as-code, the lock) can keep
+    two spellings of one environment apart.
+    """
+
+    def to_python(self, value):
+        return canonical_environment(super().to_python(value))
+
+    def get_prep_value(self, value):
+        return canonical_environment(super().get_prep_value(value))
+
+    def pre_save(self, model_instance, add):
+        value = canonical_environment(getattr(model_instance, self.attname))
+        setattr(model_instance, self.attname, value)
+        return value
+
+
 class ConcurrencyPolicy(models.TextChoices):
     # One at a time per (project, environment), in creation order.
     QUEUE = "queue", "Queue (FIFO, one at a time)"
@@ -37,7 +69,7 @@ class Project(models.Model):
         default="",
         help_text="directory steps run in when there is no repo (default: one under workspaces)",
     )
-    default_environment = models.CharField(
+    default_environment = EnvironmentNameField(
         max_length=64, default="production", validators=[name_validator]
     )
     default_pipeline = models.CharField(
@@ -55,6 +87,10 @@ class Project(models.Model):
     )
     stop_grace = models.PositiveIntegerField(
         null=True, blank=True, help_text="seconds between SIGTERM and SIGKILL (default setting)"
+    )
+    strict_environments = models.BooleanField(
+        default=False,
+        help_text="accept deployments only to the environments declared for this project",
     )
     api_tokens = models.ManyToManyField(
         "jobs.ApiToken",
@@ -134,7 +170,7 @@ class EnvironmentLock(models.Model):
     """
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="locks")
-    environment = models.CharField(max_length=64)
+    environment = EnvironmentNameField(max_length=64)
 
     class Meta:
         constraints = [

@@ -3,13 +3,14 @@
 ::
 
     environments:
-      - name: production
+      - name: production            # folded to lower case: Production is production
         protected: true             # deployments wait for approvals
         required_approvals: 2       # default 1 when protected; at most 10
         approvers:                  # who may approve (default: staff with approve_deployment)
           users: [alice, bob]
           groups: [release-managers]
         allow_self_approval: false
+        refs: [main, "release/*"]   # refs that may deploy here (glob; * stops at /)
         wait_timer: 10m             # a deployment may not start earlier after its creation
         freeze:                     # see deployments.freeze
           - {name: weekend, cron: "0 18 * * fri", duration: 62h, timezone: Europe/Paris}
@@ -20,14 +21,22 @@ An environment the document leaves out keeps its rules, or loses them with ``pru
 
 from dataclasses import dataclass, field
 
+from django.core.exceptions import ValidationError
+
 from deployments.freeze import parse_window
-from deployments.models.environments import MAX_REQUIRED_APPROVALS
+from deployments.models.environments import (
+    MAX_REF_PATTERNS,
+    MAX_REQUIRED_APPROVALS,
+    validate_ref_patterns,
+)
+from deployments.models.projects import canonical_environment
 from deployments.validation import NAME, matches
 
 ENVIRONMENT_KEYS = {
     "name", "protected", "required_approvals", "approvers", "allow_self_approval",
-    "wait_timer", "freeze",
+    "wait_timer", "freeze", "refs",
 }  # fmt: skip
+
 APPROVER_KEYS = {"users", "groups"}
 MAX_WAIT_TIMER = 30 * 24 * 3600
 MAX_WINDOWS = 50
@@ -58,6 +67,7 @@ def parse_environments(raw: object, where: str, errors: list[str], seconds) -> l
         if not matches(NAME, name):
             errors.append(f"{here}.name: required; 1-64 letters, digits, '.', '_' or '-'")
             continue
+        name = canonical_environment(name)
         if name in names:
             errors.append(f"{here}.name: {name!r} is declared twice")
         names.add(name)
@@ -92,7 +102,19 @@ def _fields(item: dict, here: str, errors: list[str], seconds) -> dict:
         "allow_self_approval": self_approval,
         "wait_timer": wait or 0,
         "freeze": _windows(item.get("freeze"), f"{here}.freeze", errors),
+        "refs": _refs(item.get("refs"), f"{here}.refs", errors),
     }
+
+
+def _refs(raw: object, where: str, errors: list[str]) -> list[str]:
+    if raw is None:
+        return []
+    try:
+        validate_ref_patterns(raw)
+    except ValidationError as exc:
+        errors.append(f"{where}: must be {exc.messages[0]} (at most {MAX_REF_PATTERNS})")
+        return []
+    return list(raw)
 
 
 def _approvers(raw: object, where: str, errors: list[str]) -> tuple[list[str], list[str]]:

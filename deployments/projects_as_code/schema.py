@@ -7,7 +7,8 @@ The document::
         name: Web site
         repo: https://git.example.com/web.git   # or a local path; omit to run in workdir
         workdir: /srv/web               # absolute; only without repo
-        default_environment: production
+        default_environment: production   # environment names are folded to lower case
+        strict_environments: true       # deploy only to the environments declared below
         default_pipeline: default
         concurrency: queue              # queue | supersede | cancel_in_progress
         deployment_timeout: 1h          # seconds or 30s, 5m, 1h, 1d
@@ -18,6 +19,7 @@ The document::
           - name: production            # projects_as_code.environments
             protected: true
             required_approvals: 1
+            refs: [main, "release/*"]   # only these refs may deploy here
         pipelines:                      # omitted: the project's pipelines are left alone
           - name: default
             description: Build and ship
@@ -39,7 +41,7 @@ import yaml
 
 from deployments.models import ConcurrencyPolicy
 from deployments.projects_as_code.environments import EnvironmentSpec, parse_environments
-from deployments.validation import NAME, matches
+from deployments.validation import NAME, clean_environment, matches
 from project.env import parse_duration
 
 SLUG = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
@@ -47,7 +49,7 @@ ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 PROJECT_KEYS = {
     "slug", "name", "repo", "workdir", "default_environment", "default_pipeline",
     "concurrency", "deployment_timeout", "stop_grace", "env", "secrets", "pipelines",
-    "environments",
+    "environments", "strict_environments",
 }  # fmt: skip
 PIPELINE_KEYS = {"name", "description", "steps"}
 STEP_KEYS = {"name", "command", "timeout", "env", "continue_on_error"}
@@ -171,7 +173,10 @@ def _project(raw: object, index: int, errors: list[str]) -> ProjectSpec | None:
         "name": _text(raw, "name", where, errors) or slug,
         "repo": repo,
         "workdir": workdir,
-        "default_environment": _name(raw, "default_environment", "production", where, errors),
+        "default_environment": clean_environment(
+            _name(raw, "default_environment", "production", where, errors)
+        ),
+        "strict_environments": _flag(raw, "strict_environments", where, errors),
         "default_pipeline": _name(raw, "default_pipeline", "default", where, errors),
         "concurrency_policy": concurrency,
         # None: CONVEYOR_DEPLOYMENT_TIMEOUT, filled in when the document is applied.
@@ -194,6 +199,13 @@ def _project(raw: object, index: int, errors: list[str]) -> ProjectSpec | None:
         environments = parse_environments(
             raw["environments"], f"{where}.environments", errors, _seconds
         )
+    if fields["strict_environments"]:
+        declared = [spec.name for spec in environments or []]
+        if fields["default_environment"] not in declared:
+            errors.append(
+                f"{where}.default_environment: {fields['default_environment']!r} is not one "
+                f"of the environments declared (strict_environments: {', '.join(declared)})"
+            )
     return ProjectSpec(slug=slug, fields=fields, pipelines=pipelines, environments=environments)
 
 
@@ -205,6 +217,14 @@ def _text(raw: dict, key: str, where: str, errors: list[str]) -> str:
         errors.append(f"{where}.{key}: must be a string")
         return ""
     return value.strip()
+
+
+def _flag(raw: dict, key: str, where: str, errors: list[str]) -> bool:
+    value = raw.get(key, False)
+    if not isinstance(value, bool):
+        errors.append(f"{where}.{key}: must be true or false")
+        return False
+    return value
 
 
 def _name(raw: dict, key: str, default: str, where: str, errors: list[str]) -> str:

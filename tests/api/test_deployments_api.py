@@ -121,6 +121,26 @@ def test_idempotency_key_replays_refuses_other_bodies_and_in_flight(make_project
     assert Deployment.objects.count() == 1
 
 
+def test_idempotency_keys_belong_to_their_token_not_to_the_project(make_project, project_api):
+    project = make_project("app")
+    first_ci, second_ci = project_api("deploy", project), project_api("deploy", project)
+    key = {"Idempotency-Key": "build-1"}
+    mine = first_ci.post("/projects/app/deployments", TRIGGER, headers=key)
+    theirs = second_ci.post("/projects/app/deployments", TRIGGER, headers=key)
+    other_body = second_ci.post(
+        "/projects/app/deployments", {**TRIGGER, "ref": "v2"}, headers={"Idempotency-Key": "x"}
+    )
+    first_ci.post(
+        "/projects/app/deployments", {**TRIGGER, "ref": "v3"}, headers={"Idempotency-Key": "x"}
+    )
+    assert mine.status_code == theirs.status_code == other_body.status_code == 201
+    assert theirs.json()["id"] != mine.json()["id"]  # another token's key is not a replay
+    assert "Idempotent-Replayed" not in theirs
+    assert Deployment.objects.count() == 4
+    again = first_ci.post("/projects/app/deployments", TRIGGER, headers=key)
+    assert again.json()["id"] == mine.json()["id"] and again["Idempotent-Replayed"] == "true"
+
+
 def test_two_concurrent_requests_with_one_key_make_one_deployment(make_project, project_api):
     api = project_api("deploy", make_project("app"))
     barrier = threading.Barrier(2)

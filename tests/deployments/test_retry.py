@@ -1,10 +1,14 @@
 """Retry is a new deployment linked to the old; the steps snapshot never follows edits."""
 
 import pytest
+from django.contrib.auth import get_user_model
+from django.test import Client
 
 from deployments.errors import NotRetryable
-from deployments.models import Deployment
+from deployments.models import Deployment, Environment
 from deployments.services import deployment_create, deployment_retry
+from jobs.tokens import token_create
+from tests.api.conftest import Api
 from tests.deployments.conftest import log_text, set_steps, wait_for
 
 
@@ -38,3 +42,36 @@ def test_retry_lineage_and_the_snapshot_survive_a_pipeline_edit(make_project, de
     fresh = wait_for(deployment_create(project=project, ref="v1"), "failed", "success")
     assert fresh.status == "success" and fresh.attempt == 1 and fresh.retry_of_id is None
     assert "new" in log_text(fresh).split()
+
+
+def test_a_job_retry_into_a_protected_environment_answers_the_waiting_deployment(
+    make_project, deploy_worker
+):
+    project = make_project(pipelines={"default": [{"name": "fail", "command": "exit 1"}]})
+    deploy_worker()
+    failed = wait_for(deployment_create(project=project, ref="main"), "failed", "success")
+    assert failed.status == "failed" and failed.job_id is not None
+    Environment.objects.create(
+        project=project, name="production", protected=True, required_approvals=1
+    )
+
+    _, raw = token_create(name="ops", scope="admin")
+    answer = Api(raw).post(f"/jobs/{failed.job_id}/retry")
+    assert answer.status_code == 202, answer.content
+    body = answer.json()
+    retry = Deployment.objects.get(retry_of=failed)  # exactly one retry was made
+    assert body["job"] is None
+    assert body["created"]["kind"] == "deployment" and body["created"]["id"] == retry.pk
+    assert body["created"]["status"] == "waiting_approval" and retry.job_id is None
+    assert answer["Location"] == f"/api/v1/deployments/{retry.pk}"
+
+    # The Jobs page's retry button does the same and shows the new deployment.
+    admin = get_user_model().objects.create_superuser("root", password="x-123456")
+    console = Client()
+    console.force_login(admin)
+    clicked = console.post(f"/admin/jobs/job/{failed.job_id}/retry/")
+    newest = Deployment.objects.exclude(pk__in=[failed.pk, retry.pk]).get()
+    assert clicked.status_code == 302 and clicked["Location"].endswith(
+        f"/deployments/deployment/{newest.pk}/change/"
+    )
+    assert newest.status == "waiting_approval" and newest.triggered_by_user == admin

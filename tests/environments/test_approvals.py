@@ -4,7 +4,7 @@ from datetime import timedelta
 
 import pytest
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group
+from django.contrib.auth.models import Group, Permission
 from django.utils import timezone
 
 from deployments.approvals import approvals_expire, deployment_approve, deployment_reject
@@ -28,6 +28,9 @@ def people(transactional_db):
         name: get_user_model().objects.create_user(name, is_staff=True)
         for name in ("alice", "bob", "carol", "dave", "erin")
     }
+    approve = Permission.objects.get(codename="approve_deployment")
+    for user in users.values():
+        user.user_permissions.add(approve)
     Group.objects.create(name="releasers").user_set.add(users["carol"])
     return users
 
@@ -144,9 +147,9 @@ def test_approvals_expire_after_the_timeout_and_not_before(shop, people, setting
     assert Deployment.objects.get(pk=fresh.pk).failure_reason == "approval_expired"
 
 
-def test_the_api_approves_with_admin_tokens_named_after_their_users(shop, people, make_api):
+def test_the_api_approves_with_admin_tokens_of_their_users(shop, people, make_api):
     def token_of(name: str, scope: str = "admin") -> Api:
-        _, raw = token_create(name=f"{name}-{scope}", scope=scope, created_by=name)
+        _, raw = token_create(name=f"{name}-{scope}", scope=scope, user=people[name])
         return Api(raw)
 
     requester = token_of("alice")

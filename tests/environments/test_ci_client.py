@@ -1,10 +1,12 @@
 """scripts/conveyor-deploy --rollback against a live server, a real worker and a git repo."""
 
 import time
+from datetime import timedelta
 
 import pytest
+from django.utils import timezone
 
-from deployments.models import Deployment
+from deployments.models import Deployment, Environment
 from deployments.services import deployment_create
 from tests.api.test_ci_client import run_client
 from tests.deployments.conftest import commit, wait_for
@@ -37,3 +39,28 @@ def test_the_client_rolls_back_and_reports_when_there_is_nothing_to_roll_back_to
 
     usage = run_client(live_server, token, "--project", "shop", "--rollback", "--ref", "main")
     assert usage.returncode == 2 and "--rollback takes no --ref" in usage.stderr
+
+
+def test_the_client_cannot_sidestep_a_frozen_environment_by_spelling(
+    live_server, make_project, project_api, deploy_worker
+):
+    project = make_project("shop")
+    now = timezone.now()
+    window = {
+        "name": "code-freeze",
+        "start": (now - timedelta(hours=1)).replace(tzinfo=None).isoformat(),
+        "end": (now + timedelta(hours=1)).replace(tzinfo=None).isoformat(),
+        "timezone": "UTC",
+    }
+    Environment.objects.create(project=project, name="production", freeze=[window])
+    token = project_api("deploy", project).headers["Authorization"].split()[1]
+    deploy_worker()
+    frozen = run_client(
+        live_server, token, "--project", "shop", "--environment", "PRODUCTION", "--ref", "main"
+    )
+    assert frozen.returncode == 2 and "environment_frozen" in frozen.stderr
+    staged = run_client(
+        live_server, token, "--project", "shop", "--environment", "Staging", "--ref", "main"
+    )
+    assert staged.returncode == 0, staged.stderr
+    assert list(Deployment.objects.values_list("environment", flat=True)) == ["staging"]

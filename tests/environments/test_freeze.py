@@ -3,6 +3,8 @@
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
 from django.db.models import Q
 from django.utils import timezone
 
@@ -12,7 +14,8 @@ from deployments.models import Deployment, Environment
 from deployments.services import deployment_create, deployment_retry
 from deployments.transitions import transition
 from jobs.models import AuditLog
-from tests.api.conftest import assert_error
+from jobs.tokens import token_create
+from tests.api.conftest import Api, assert_error
 
 
 def window(**raw) -> dict:
@@ -122,3 +125,30 @@ def test_retries_obey_the_freeze_too(frozen_shop):
     )
     assert retried.retry_of_id == deployment.pk
     assert AuditLog.objects.filter(action="deployment.freeze_override", actor="ops").exists()
+
+
+def test_an_approval_releasing_a_deployment_inside_a_freeze_is_refused_until_overridden(
+    frozen_shop,
+):
+    frozen = Environment.objects.get(project=frozen_shop)
+    freeze = frozen.freeze
+    Environment.objects.filter(pk=frozen.pk).update(freeze=[], protected=True, required_approvals=1)
+    waiting = deployment_create(project=frozen_shop, ref="main", triggered_by="ci")
+    assert waiting.status == "waiting_approval"
+    Environment.objects.filter(pk=frozen.pk).update(freeze=freeze)  # the freeze starts now
+
+    approver = get_user_model().objects.create_user("ann", is_staff=True)
+    approver.user_permissions.add(Permission.objects.get(codename="approve_deployment"))
+    _, raw = token_create(name="ann", scope="admin", user=approver)
+    path = f"/deployments/{waiting.pk}/approve"
+    refused = assert_error(Api(raw).post(path), 409, "environment_frozen")
+    assert refused["details"]["window"] == "release-freeze"
+    held = Deployment.objects.get(pk=waiting.pk)
+    assert held.status == "waiting_approval" and held.job_id is None
+    assert not held.approvals.exists()  # nothing recorded: it can be approved later
+
+    released = Api(raw).post(path, {"override_freeze": True, "comment": "hotfix"})
+    assert released.status_code == 200 and released.json()["status"] == "pending"
+    audit = AuditLog.objects.get(action="deployment.freeze_override")
+    assert audit.actor == "ann via token:ann" and audit.target_id == str(waiting.pk)
+    assert audit.details["window"] == "release-freeze"
