@@ -14,7 +14,7 @@ import hashlib
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from functools import cache
 
 from django.core.exceptions import ImproperlyConfigured
@@ -28,7 +28,7 @@ DEFAULT_STATES = frozenset({S.QUEUED, S.RUNNING, S.RETRYING, S.SUCCEEDED})
 # The engine moves jobs among these by itself (claim, retry, snooze, hand-back): a rule that
 # covers one of them but not the others could make the engine's own update collide.
 LIVE_STATES = frozenset({S.QUEUED, S.RUNNING, S.RETRYING})
-_EPOCH = datetime(1970, 1, 1).astimezone()
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 @dataclass(frozen=True)
@@ -103,14 +103,18 @@ class Unique:
 def check_declared(tasks: Iterable) -> None:
     """Fail start-up (ImproperlyConfigured naming the task) on a bad ``unique`` declaration."""
     for task_object in tasks:
-        rule = getattr(task_object, "unique", None)
-        if rule is None:
-            continue
-        if not isinstance(rule, Unique):
-            raise ImproperlyConfigured(
-                f"task {task_object.name!r}: unique must be a jobs.Unique, not {rule!r}"
-            )
-        rule.check(task_object.name)
+        check_rule(task_object.name, getattr(task_object, "unique", None))
+
+
+def check_rule(task: str, rule) -> None:
+    """Raise ImproperlyConfigured naming ``task`` unless ``rule`` is None or a working Unique."""
+    if rule is None:
+        return
+    if not isinstance(rule, Unique):
+        raise ImproperlyConfigured(
+            f"task {task!r}: unique must be a jobs.unique.Unique, not {rule!r}"
+        )
+    rule.check(task)
 
 
 def stamp(job: Job, rule: Unique, now: datetime) -> None:

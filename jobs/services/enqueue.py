@@ -9,7 +9,7 @@ from jobs import conf
 from jobs.models import Job
 from jobs.publish import publish_on_commit
 from jobs.services.base import log_job, logger
-from jobs.unique import Unique, insert, stamp
+from jobs.unique import Unique, check_rule, insert, stamp
 
 
 def _task_defaults(task) -> tuple[str, str | None, int | None, Unique | None]:
@@ -39,6 +39,8 @@ def _rule(declared: Unique | None, given: Unique | bool | None, task: str) -> Un
     if given is False:
         return None
     if given is None or given is True:
+        if declared is not None:  # checked at start-up; a task module loaded later is not
+            check_rule(task, declared)
         if given is True and declared is None:
             return Unique()
         return declared
@@ -105,14 +107,16 @@ def enqueue(
         stamp(job, rule, now)
     if idempotency_key is not None:
         existing = Job.objects.filter(idempotency_key=idempotency_key).first()
+        if existing is None:
+            try:
+                with transaction.atomic():
+                    job = _save(job, rule)
+            except IntegrityError:
+                # A concurrent caller inserted the same key first; theirs is the job.
+                existing = Job.objects.get(idempotency_key=idempotency_key)
         if existing is not None:
+            existing.unique_conflict = False  # an idempotent repeat, not a unique conflict
             return existing
-        try:
-            with transaction.atomic():
-                job = _save(job, rule)
-        except IntegrityError:
-            # A concurrent caller inserted the same key first; theirs is the job.
-            return Job.objects.get(idempotency_key=idempotency_key)
     else:
         job = _save(job, rule)
     if job.unique_conflict:

@@ -106,3 +106,13 @@ def test_the_job_api_shows_the_unique_key_and_period(make_api):
     assert body["unique_key"] == Job.objects.get(pk=job.pk).unique_key
     assert body["unique_period_seconds"] == 300
     assert body["unique_states"] == ["queued", "running", "retrying", "succeeded"]
+
+
+@pytest.mark.django_db
+def test_retrying_a_cancelled_unique_job_whose_key_is_taken_is_a_conflict(make_api):
+    api = make_api("admin")
+    first = services.enqueue("tests.unique_record", {"customer": 1})
+    assert api.post(f"/jobs/{first.pk}/cancel").status_code == 202
+    services.enqueue("tests.unique_record", {"customer": 1})
+    error = assert_error(api.post(f"/jobs/{first.pk}/retry"), 409, "conflict")
+    assert "unique key" in error["message"]

@@ -156,6 +156,7 @@ def test_an_idempotency_key_still_wins_first():
     first = services.enqueue("tests.unique_record", {"customer": 1}, idempotency_key="k1")
     again = services.enqueue("tests.unique_record", {"customer": 2}, idempotency_key="k1")
     assert again.pk == first.pk and live() == 1
+    assert again.unique_conflict is False  # an idempotent repeat, not a unique conflict
 
 
 @pytest.mark.django_db
@@ -226,3 +227,11 @@ def test_a_bad_declaration_stops_start_up_in_one_line(tmp_path):
         "conveyor: cannot start: task 'bad.unique': unique rule: period must be a positive "
         "timedelta or None, not datetime.timedelta(days=-1)"
     ]
+
+
+@pytest.mark.django_db
+def test_the_admin_page_shows_the_unique_key_states_and_period(admin_client):
+    job = services.enqueue("tests.unique_record", {"customer": 1})
+    page = admin_client.get(f"/admin/jobs/job/{job.pk}/change/").content.decode()
+    row = Job.objects.get(pk=job.pk)
+    assert row.unique_key in page and row.unique_states in page and "0:05:00" in page
