@@ -11,7 +11,7 @@ acknowledges it, while the job row says succeeded, retrying, cancelled or dead.
 Task options read here: ``autoretry_for`` / ``dont_autoretry_for`` (which errors retry),
 ``retry_backoff`` / ``retry_backoff_max`` / ``retry_jitter`` (the backoff), and
 ``job_max_attempts`` (the attempt budget, else ``CONVEYOR_JOB_MAX_ATTEMPTS``), ``unique`` (a
-``jobs.Unique`` rule for enqueue: see jobs.unique). ``batch =
+``jobs.unique.Unique`` rule for enqueue). ``batch =
 False`` keeps a task's jobs one per message (long or time-limited work should).
 
 ``atomic = True`` runs the body in a database transaction that also records its success: a
