@@ -66,10 +66,12 @@ def test_a_bad_rule_given_to_enqueue_is_refused():
 def test_eight_processes_enqueueing_one_unique_job_make_one_row(worker_env, tmp_path):
     go = tmp_path / "go"
     code = (
-        "import time, pathlib, tests.jobtasks\n"
-        "from django.db import transaction\n"
+        "import os, time, pathlib, tests.jobtasks\n"
+        "from django.db import connection, transaction\n"
         "from jobs import services\n"
         f"go = pathlib.Path({str(go)!r})\n"
+        "connection.ensure_connection()\n"
+        "(go.parent / f'ready-{os.getpid()}').touch()\n"
         "while not go.exists(): time.sleep(0.005)\n"
         "with transaction.atomic():\n"
         "    job = services.enqueue('tests.unique_record', {'customer': 42})\n"
@@ -87,8 +89,8 @@ def test_eight_processes_enqueueing_one_unique_job_make_one_row(worker_env, tmp_
         )
         for _ in range(8)
     ]
-    time.sleep(8)  # let every process start and wait for the signal
-    go.touch()
+    wait_until(lambda: len(list(tmp_path.glob("ready-*"))) == 8, timeout=120)
+    go.touch()  # all eight are connected and waiting: they insert at once
     answers = []
     for proc in procs:
         out, err = proc.communicate(timeout=120)
