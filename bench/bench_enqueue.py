@@ -8,7 +8,11 @@ rounds (5, or 2 quick), no worker (the published messages are purged after each 
 * ``enqueue_many``: ``services.enqueue_many("jobs.noop", …)`` in one transaction, with the
   default ``CONVEYOR_BATCH_SIZE`` (25 ids per message), publish on commit included;
 * ``enqueue_many_unbatched``: the same with ``CONVEYOR_BATCH_SIZE=1``: one message per job
-  (on at most 10,000 jobs: it is the slow one, and its rate does not depend on the count).
+  (on at most 10,000 jobs: it is the slow one, and its rate does not depend on the count);
+* ``enqueue_many_unique``: ``enqueue_many`` with a unique rule by payload key (every key
+  new), written by ``INSERT … ON CONFLICT DO NOTHING`` (see jobs.unique);
+* ``enqueue_each`` and ``enqueue_each_unique``: one ``enqueue()`` call per job (at most
+  5,000), plain and with that unique rule, in one transaction.
 
 Then, once, outside the clock: how many Redis clients kombu builds per published message
 (``redis.Redis.__init__`` counted around 1,000 one-job publishes) and the share of a
@@ -24,6 +28,7 @@ from bench import harness
 
 N = int(os.environ.get("BENCH_ENQUEUE") or (10_000 if harness.QUICK else 50_000))
 UNBATCHED = 10_000  # one message per job is slow: a rate over 10,000 jobs is enough
+EACH = 5_000  # one call per job: its rate does not depend on the count either
 
 
 def jobs_like_enqueue_many(n: int) -> list:
@@ -60,16 +65,36 @@ def run_insert(n: int) -> float:
     return time.perf_counter() - started
 
 
-def run_enqueue_many(n: int, batch_size: int | None = None) -> float:
+def _unique_rule(unique: bool):
+    from jobs.unique import Unique
+
+    return Unique(keys=("i",)) if unique else None
+
+
+def run_enqueue_many(n: int, batch_size: int | None = None, unique: bool = False) -> float:
     from django.db import transaction
     from django.test.utils import override_settings
 
     from jobs import services
 
     overrides = {} if batch_size is None else {"CONVEYOR_BATCH_SIZE": batch_size}
+    rule = _unique_rule(unique)
     started = time.perf_counter()
     with override_settings(**overrides), transaction.atomic():
-        services.enqueue_many("jobs.noop", [{"i": i} for i in range(n)])
+        services.enqueue_many("jobs.noop", [{"i": i} for i in range(n)], unique=rule)
+    return time.perf_counter() - started
+
+
+def run_enqueue_each(n: int, unique: bool = False) -> float:
+    from django.db import transaction
+
+    from jobs import services
+
+    rule = _unique_rule(unique)
+    started = time.perf_counter()
+    with transaction.atomic():
+        for i in range(n):
+            services.enqueue("jobs.noop", {"i": i}, unique=rule)
     return time.perf_counter() - started
 
 
@@ -131,13 +156,18 @@ def main() -> dict:
         "insert": run_insert,
         "enqueue_many": run_enqueue_many,
         "enqueue_many_unbatched": lambda n: run_enqueue_many(n, 1),
+        "enqueue_many_unique": lambda n: run_enqueue_many(n, unique=True),
+        "enqueue_each": run_enqueue_each,
+        "enqueue_each_unique": lambda n: run_enqueue_each(n, unique=True),
     }
+    counts = {"enqueue_many_unbatched": min(N, UNBATCHED)}
+    counts.update(dict.fromkeys(("enqueue_each", "enqueue_each_unique"), min(N, EACH)))
     rate: dict[str, list[float]] = {name: [] for name in variants}
     run_insert(1000)  # warm up
     clean()
     for round_no in range(harness.ROUNDS):
         for name in harness.order(list(variants), round_no):
-            n = min(N, UNBATCHED) if name == "enqueue_many_unbatched" else N
+            n = counts.get(name, N)
             rate[name].append(n / variants[name](n))
             clean()
             print(f"round {round_no + 1} {name}: {rate[name][-1]:.0f}/s", flush=True)
@@ -148,6 +178,11 @@ def main() -> dict:
     results["enqueue_many_unbatched_vs_insert"] = harness.ratio_summary(
         rate["enqueue_many_unbatched"], rate["insert"]
     )
+    for unique, plain in (
+        ("enqueue_many_unique", "enqueue_many"),
+        ("enqueue_each_unique", "enqueue_each"),
+    ):
+        results[f"{unique}_vs_{plain}"] = harness.ratio_summary(rate[unique], rate[plain])
     results.update(publish_profile())
     harness.record("enqueue", results)
     return results

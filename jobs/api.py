@@ -61,6 +61,19 @@ class JobOut(Schema):
     started_at: datetime | None
     finished_at: datetime | None
     owner: OwnerOut | None = Field(None, description="the deployment or delivery it works for")
+    unique_key: str | None = Field(None, description="a unique job's key (a digest)")
+    unique_states: list[JobStatus] = Field(description="the states it is unique among")
+    unique_period_seconds: float | None = Field(
+        None, description="the length of its uniqueness bucket; null: for ever"
+    )
+
+    @staticmethod
+    def resolve_unique_states(job: Job) -> list[str]:
+        return [state for state in job.unique_states.split(",") if state]
+
+    @staticmethod
+    def resolve_unique_period_seconds(job: Job) -> float | None:
+        return job.unique_period.total_seconds() if job.unique_period else None
 
     @staticmethod
     def resolve_owner(job: Job) -> dict | None:

@@ -2,7 +2,9 @@
 
 from django.conf import settings
 from django.db import models
-from django.db.models import Q
+from django.db.models import Q, Value
+from django.db.models.functions import Concat, StrIndex
+from django.db.models.lookups import GreaterThan
 
 from project.secret_fields import secret_fields
 
@@ -37,6 +39,13 @@ TRANSITIONS: dict[str, frozenset[str]] = {
 }
 FINISHED = frozenset({S.SUCCEEDED, S.DEAD, S.CANCELLED})
 PENDING = frozenset({S.QUEUED, S.RETRYING})
+
+# A unique job holds its key while its status is among its own unique states (jobs.unique):
+# strpos() on PostgreSQL, instr() on SQLite, both allowed in a partial index's condition.
+UNIQUE_CONSTRAINT = "job_unique_key_live"
+UNIQUE_LIVE = Q(unique_key__isnull=False) & Q(
+    GreaterThan(StrIndex("unique_states", Concat(Value(","), "status", Value(","))), 0)
+)
 
 
 class JobReason(models.TextChoices):
@@ -82,6 +91,11 @@ class Job(models.Model):
     locked_by = models.CharField(max_length=200, blank=True, default="")
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
     idempotency_key = models.CharField(max_length=200, null=True, blank=True)
+    # Set only for unique jobs (jobs.unique): the digest, the states it is unique among
+    # (",queued,running,"), and the period of its bucket (None: for ever).
+    unique_key = models.CharField(max_length=64, null=True, blank=True)
+    unique_states = models.CharField(max_length=64, blank=True, default="")
+    unique_period = models.DurationField(null=True, blank=True)
     last_error = models.TextField(blank=True, default="")
     reason = models.CharField(max_length=20, choices=JobReason.choices, blank=True, default="")
     # One entry per finished attempt, oldest first (see jobs.attempts).
@@ -102,6 +116,9 @@ class Job(models.Model):
                 fields=["idempotency_key"],
                 condition=Q(idempotency_key__isnull=False),
                 name="job_idempotency_key_unique",
+            ),
+            models.UniqueConstraint(
+                fields=["unique_key"], condition=UNIQUE_LIVE, name=UNIQUE_CONSTRAINT
             ),
             models.CheckConstraint(
                 condition=Q(status__in=JobStatus.values), name="job_status_valid"

@@ -10,7 +10,8 @@ acknowledges it, while the job row says succeeded, retrying, cancelled or dead.
 
 Task options read here: ``autoretry_for`` / ``dont_autoretry_for`` (which errors retry),
 ``retry_backoff`` / ``retry_backoff_max`` / ``retry_jitter`` (the backoff), and
-``job_max_attempts`` (the attempt budget, else ``CONVEYOR_JOB_MAX_ATTEMPTS``). ``batch =
+``job_max_attempts`` (the attempt budget, else ``CONVEYOR_JOB_MAX_ATTEMPTS``), ``unique`` (a
+``jobs.unique.Unique`` rule for enqueue). ``batch =
 False`` keeps a task's jobs one per message (long or time-limited work should).
 
 ``atomic = True`` runs the body in a database transaction that also records its success: a
@@ -92,6 +93,8 @@ class JobTask(Task):
     # Whether the body runs in a database transaction that also records its success, so a
     # body whose work is in the database takes effect exactly once (keep such bodies short).
     atomic = False
+    # A jobs.Unique rule: at most one job per key among its states (checked at start-up).
+    unique = None
     # jobs.outcome decides retries from autoretry_for & co; this keeps Celery from also
     # wrapping run() in its own autoretry (it wraps only tasks without ``_orig_run``).
     _orig_run = None

@@ -7,12 +7,14 @@ many times a job body really ran.
 import os
 import signal
 import time
+from datetime import timedelta
 
 from celery import shared_task
 
 from jobs import Permanent, Snooze
 from jobs.models import AuditLog
 from jobs.task import JobContext, JobTask
+from jobs.unique import Unique
 
 
 def record(ctx: JobContext, **details) -> None:
@@ -246,3 +248,13 @@ def atomic_then_cancelled_task(ctx: JobContext):
     thread.start()
     thread.join()
     return "done"
+
+
+@shared_task(
+    base=JobTask,
+    name="tests.unique_record",
+    unique=Unique(keys=("customer",), period=timedelta(minutes=5)),
+)
+def unique_record_task(ctx: JobContext):
+    """Record one execution; at most one live job per customer in each 5-minute bucket."""
+    record(ctx)

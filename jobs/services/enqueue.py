@@ -9,10 +9,11 @@ from jobs import conf
 from jobs.models import Job
 from jobs.publish import publish_on_commit
 from jobs.services.base import log_job, logger
+from jobs.unique import Unique, check_rule, insert, stamp
 
 
-def _task_defaults(task) -> tuple[str, str | None, int | None]:
-    """Return (name, queue, declared max attempts) of a task object or name."""
+def _task_defaults(task) -> tuple[str, str | None, int | None, Unique | None]:
+    """Return (name, queue, declared max attempts, unique rule) of a task object or name."""
     from project.celery import app
 
     name = task if isinstance(task, str) else task.name
@@ -29,16 +30,35 @@ def _task_defaults(task) -> tuple[str, str | None, int | None]:
     if queue is None:  # the task's route (CELERY_TASK_ROUTES), else the default queue
         routed = app.amqp.router.route({}, name).get("queue")
         queue = getattr(routed, "name", routed)
-    return name, queue, getattr(registered, "job_max_attempts", None)
+    rule = getattr(registered, "unique", None)
+    return name, queue, getattr(registered, "job_max_attempts", None), rule
+
+
+def _rule(declared: Unique | None, given: Unique | bool | None, task: str) -> Unique | None:
+    """The rule in force: the one given to enqueue, else the task's; False turns it off."""
+    if given is False:
+        return None
+    if given is None or given is True:
+        if declared is not None:  # checked at start-up; a task module loaded later is not
+            check_rule(task, declared)
+        if given is True and declared is None:
+            return Unique()
+        return declared
+    if not isinstance(given, Unique):
+        raise ValueError(f"unique is a jobs.Unique, True, False or None, not {given!r}")
+    problem = given.problem()
+    if problem is not None:
+        raise ValueError(f"task {task!r}: unique rule: {problem}")
+    return given
 
 
 def _new_job(
     task, payload, *, queue, priority, run_after, max_attempts, idempotency_key, now
-) -> Job:
+) -> tuple[Job, Unique | None]:
     if payload is not None and not isinstance(payload, dict):
         raise ValueError(f"a job's payload is a dict, not {type(payload).__name__}")
-    name, task_queue, task_max_attempts = _task_defaults(task)
-    return Job(
+    name, task_queue, task_max_attempts, rule = _task_defaults(task)
+    job = Job(
         task=name,
         queue=queue or task_queue or "default",
         payload=payload if payload is not None else {},
@@ -50,6 +70,7 @@ def _new_job(
         created_at=now,
         updated_at=now,
     )
+    return job, rule
 
 
 def enqueue(
@@ -61,12 +82,16 @@ def enqueue(
     run_after: datetime | None = None,
     max_attempts: int | None = None,
     idempotency_key: str | None = None,
+    unique: Unique | bool | None = None,
 ) -> Job:
     """Write a Job in the caller's transaction and publish its id once that commits.
 
-    A repeated ``idempotency_key`` returns the existing job instead of a new one.
+    A repeated ``idempotency_key`` returns the existing job instead of a new one. A unique
+    job (the task's ``unique`` rule, or ``unique=``) whose key is held by a live job returns
+    that job instead, with ``unique_conflict`` True (see jobs.unique).
     """
-    job = _new_job(
+    now = timezone.now()
+    job, declared = _new_job(
         task,
         payload,
         queue=queue,
@@ -74,23 +99,40 @@ def enqueue(
         run_after=run_after,
         max_attempts=max_attempts,
         idempotency_key=idempotency_key,
-        now=timezone.now(),
+        now=now,
     )
+    rule = _rule(declared, unique, job.task)
+    job.unique_conflict = False
+    if rule is not None:
+        stamp(job, rule, now)
     if idempotency_key is not None:
         existing = Job.objects.filter(idempotency_key=idempotency_key).first()
+        if existing is None:
+            try:
+                with transaction.atomic():
+                    job = _save(job, rule)
+            except IntegrityError:
+                # A concurrent caller inserted the same key first; theirs is the job.
+                existing = Job.objects.get(idempotency_key=idempotency_key)
         if existing is not None:
+            existing.unique_conflict = False  # an idempotent repeat, not a unique conflict
             return existing
-        try:
-            with transaction.atomic():
-                job.save(force_insert=True)
-        except IntegrityError:
-            # A concurrent caller inserted the same key first; theirs is the job.
-            return Job.objects.get(idempotency_key=idempotency_key)
     else:
-        job.save(force_insert=True)
+        job = _save(job, rule)
+    if job.unique_conflict:
+        log_job("job.unique_conflict", job)
+        return job
     log_job("job.enqueued", job)
     publish_on_commit([job])
     return job
+
+
+def _save(job: Job, rule: Unique | None) -> Job:
+    """Insert ``job``; a unique one whose key is live answers the job holding it."""
+    if rule is None:
+        job.save(force_insert=True)
+        return job
+    return insert([job])[0]
 
 
 def enqueue_many(
@@ -102,10 +144,15 @@ def enqueue_many(
     run_after: datetime | None = None,
     max_attempts: int | None = None,
     batch_size: int = 1000,
+    unique: Unique | bool | None = None,
 ) -> list[Job]:
-    """Write one job per payload with one bulk INSERT per batch; publish them on commit."""
+    """Write one job per payload with one bulk INSERT per batch; publish them on commit.
+
+    For a unique task a payload whose key is held by a live job is skipped: its place in
+    the answer is that job (``unique_conflict`` True), so the answer stays in payload order.
+    """
     now = timezone.now()
-    template = _new_job(
+    template, declared = _new_job(
         task,
         None,
         queue=queue,
@@ -131,6 +178,9 @@ def enqueue_many(
         )
         for payload in payloads
     ]
+    rule = _rule(declared, unique, template.task)
+    if rule is not None:
+        return _enqueue_many_unique(jobs, rule, now, batch_size)
     jobs = Job.objects.bulk_create(jobs, batch_size=batch_size)
     if jobs and jobs[0].pk is None:  # backends without RETURNING on bulk insert
         raise RuntimeError("enqueue_many needs a database that returns primary keys")
@@ -140,3 +190,23 @@ def enqueue_many(
     )
     publish_on_commit(jobs)
     return jobs
+
+
+def _enqueue_many_unique(jobs: list[Job], rule: Unique, now, batch_size: int) -> list[Job]:
+    """Insert unique jobs batch by batch, skipping live keys; publish only the new ones."""
+    answers: list[Job] = []
+    for job in jobs:
+        stamp(job, rule, now)
+    for start in range(0, len(jobs), batch_size):
+        answers += insert(jobs[start : start + batch_size])
+    created = list({job.pk: job for job in answers if not job.unique_conflict}.values())
+    logger.info(
+        "job.enqueued_many",
+        extra={
+            "task": jobs[0].task if jobs else None,
+            "count": len(created),
+            "unique_conflicts": len(answers) - len(created),
+        },
+    )
+    publish_on_commit(created)
+    return answers

@@ -1,6 +1,6 @@
 """An operator's actions on jobs: cancel and retry, each recorded in the AuditLog."""
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -10,6 +10,7 @@ from jobs.publish import publish_on_commit
 from jobs.services.base import S, log_job
 from jobs.signals import job_cancelled
 from jobs.transitions import transition, update_returning
+from jobs.unique import is_unique_violation
 
 
 def job_cancel(job_id: int, *, actor: str) -> Job:
@@ -47,6 +48,18 @@ def job_cancel(job_id: int, *, actor: str) -> Job:
 def job_retry(job_id: int, *, actor: str) -> Job:
     """Give a dead or cancelled job a fresh attempt budget and queue it again."""
     now = timezone.now()
+    try:
+        return _retry(job_id, actor=actor, now=now)
+    except IntegrityError as exc:
+        if not is_unique_violation(exc):
+            raise
+        # A unique job that died or was cancelled freed its key; a newer job holds it now.
+        raise IllegalTransition(
+            f"cannot retry job {job_id}: a newer job with its unique key is live"
+        ) from None
+
+
+def _retry(job_id: int, *, actor: str, now) -> Job:
     with transaction.atomic():
         moved = transition(
             Q(pk=job_id),

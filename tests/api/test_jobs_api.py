@@ -3,6 +3,7 @@
 import pytest
 from django.utils import timezone
 
+from jobs import services
 from jobs.models import Job, JobStatus
 from tests.api.conftest import assert_error
 
@@ -96,3 +97,22 @@ def test_job_detail_carries_the_attempt_history(make_api):
     assert entry["error"]["class_path"] == "builtins.ConnectionError"
     assert entry["error"]["message"] == "transient failure on attempt 1"
     assert 'raise ConnectionError(f"transient failure' in entry["error"]["traceback"]
+
+
+@pytest.mark.django_db
+def test_the_job_api_shows_the_unique_key_and_period(make_api):
+    job = services.enqueue("tests.unique_record", {"customer": 1})
+    body = make_api("admin").get(f"/jobs/{job.pk}").json()
+    assert body["unique_key"] == Job.objects.get(pk=job.pk).unique_key
+    assert body["unique_period_seconds"] == 300
+    assert body["unique_states"] == ["queued", "running", "retrying", "succeeded"]
+
+
+@pytest.mark.django_db
+def test_retrying_a_cancelled_unique_job_whose_key_is_taken_is_a_conflict(make_api):
+    api = make_api("admin")
+    first = services.enqueue("tests.unique_record", {"customer": 1})
+    assert api.post(f"/jobs/{first.pk}/cancel").status_code == 202
+    services.enqueue("tests.unique_record", {"customer": 1})
+    error = assert_error(api.post(f"/jobs/{first.pk}/retry"), 409, "conflict")
+    assert "unique key" in error["message"]
