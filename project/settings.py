@@ -15,7 +15,9 @@ from project import env, secretfiles
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env.string("CONVEYOR_VAR_DIR", str(BASE_DIR / "var"))).resolve()
-VAR_DIR.mkdir(parents=True, exist_ok=True)
+# var/ holds the secret key, the embedded database and repository clones: owner only (0700);
+# an older install's looser mode is tightened here and logged once by project.startup.
+secretfiles.private_dir(VAR_DIR)
 
 
 def _secret_key() -> str:
@@ -97,7 +99,7 @@ def _database() -> dict:
     if not url:
         return {
             "ENGINE": "django.db.backends.sqlite3",
-            "NAME": VAR_DIR / "conveyor.sqlite3",
+            "NAME": secretfiles.private_sqlite(VAR_DIR / "conveyor.sqlite3"),
             "OPTIONS": {
                 # IMMEDIATE takes the write lock at BEGIN, so two writers queue on the busy
                 # timeout instead of failing with "database is locked" mid-transaction.
@@ -116,6 +118,8 @@ def _database() -> dict:
         ) from None
     if not config.get("ENGINE"):
         raise ImproperlyConfigured(f"DATABASE_URL: {shown!r} names no database engine ({expected})")
+    if config["ENGINE"] == "django.db.backends.sqlite3":
+        secretfiles.private_sqlite(config.get("NAME"))  # every secret is in it
     if config["ENGINE"] == "django.db.backends.postgresql":
         config.setdefault("OPTIONS", {}).setdefault("connect_timeout", 5)
     return config
