@@ -253,8 +253,9 @@ CONVEYOR_WORKSPACES_DIR = Path(env.string("CONVEYOR_WORKSPACES_DIR", str(VAR_DIR
 # true behind a TLS-terminating proxy that sets X-Forwarded-Proto: secure cookies, HSTS.
 CONVEYOR_HTTPS = env.boolean("CONVEYOR_HTTPS", False)
 CONVEYOR_HSTS_MAX_AGE = env.duration("CONVEYOR_HSTS_MAX_AGE", "365d")
-# Failed admin logins and API authentications: this many per client address (or admin
-# username) lock it out for CONVEYOR_AUTH_LOCKOUT after the last one (project/throttling.py).
+# Failed admin logins (per username and address) and failed API tokens (per address; a valid
+# token is never refused) lock out for CONVEYOR_AUTH_LOCKOUT after the last one
+# (project/throttling.py).
 CONVEYOR_AUTH_FAILURE_LIMIT = env.integer("CONVEYOR_AUTH_FAILURE_LIMIT", 10, minimum=1)
 CONVEYOR_AUTH_LOCKOUT = env.duration("CONVEYOR_AUTH_LOCKOUT", "15m")
 # Trusted reverse proxies in front of the web processes (the client is in X-Forwarded-For).
@@ -266,6 +267,8 @@ AXES_COOLOFF_TIME = CONVEYOR_AUTH_LOCKOUT
 AXES_LOCKOUT_PARAMETERS = "project.throttling.lockout_parameters"
 AXES_CLIENT_IP_CALLABLE = "project.throttling.client_address"
 AXES_LOCKOUT_CALLABLE = "project.throttling.lockout_response"
+# An attempt refused while locked out is not recorded, so it never extends the lock.
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
 
 if CONVEYOR_HTTPS:
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
