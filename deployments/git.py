@@ -47,9 +47,14 @@ class Credentials:
         return "Credentials(***)"
 
 
+def _carries_http_credentials(url: str) -> bool:
+    # Only http(s): ssh takes its user from the URL and its secrets from keys or an agent.
+    return url.lower().startswith(("http://", "https://")) and url_password(url) is not None
+
+
 def remote_url(url: str) -> str:
     """Return ``url`` without the user name and password of an http(s) URL."""
-    if url_password(url) is None:
+    if not _carries_http_credentials(url):
         return url
     parts = urlsplit(url)
     host = f"[{parts.hostname}]" if ":" in (parts.hostname or "") else parts.hostname or ""
@@ -60,7 +65,7 @@ def remote_url(url: str) -> str:
 
 def url_credentials(url: str) -> Credentials | None:
     """Return the credentials an http(s) repository URL carries, else None."""
-    if url_password(url) is None:
+    if not _carries_http_credentials(url):
         return None
     parts = urlsplit(url)
     # https://TOKEN@host: hosts that take a token as the user name accept any password.

@@ -165,3 +165,24 @@ def test_start_up_makes_an_older_install_private_and_says_so_once(tmp_path):
     assert len(lines) == 1, done.stdout
     assert "conveyor.sqlite3" in lines[0] and "644->600" in lines[0]
     assert _start_up(var).stdout.count("permissions_tightened") == 0  # fixed for good
+
+
+@pytest.mark.parametrize(
+    ("url", "bare", "credentials"),
+    [
+        ("https://u:p%40x@h:8443/r.git", "https://h:8443/r.git", ("u", "p@x")),
+        ("https://tok@h/r.git", "https://h/r.git", ("tok", "")),
+        ("http://u:p@[::1]:80/r", "http://[::1]:80/r", ("u", "p")),
+        ("ssh://git@h/r.git", "ssh://git@h/r.git", None),  # ssh: a user name, no secret
+        ("/srv/r.git", "/srv/r.git", None),
+    ],
+)
+def test_a_repo_url_is_split_into_the_url_git_keeps_and_the_credentials_it_is_given(
+    url, bare, credentials
+):
+    from deployments.git import remote_url, url_credentials
+
+    assert remote_url(url) == bare
+    found = url_credentials(url)
+    assert (None if found is None else (found.username, found.password)) == credentials
+    assert "p@x" not in repr(found)
