@@ -77,7 +77,13 @@ def _tighten(path: Path, private_mode: int) -> None:
     """Remove group and other access from ``path`` (an install made before it was private)."""
     mode = stat.S_IMODE(path.stat().st_mode)
     if mode & 0o077:
-        path.chmod(private_mode)
+        try:
+            path.chmod(private_mode)
+        except OSError as exc:  # not ours: say so in one line rather than run exposed
+            raise ImproperlyConfigured(
+                f"{path} can be read by other users (mode {mode:o}) and cannot be made "
+                f"private ({exc.strerror}); run 'chmod {private_mode:o} {path}' as its owner"
+            ) from None
         _tightened.append(f"{path} {mode:o}->{private_mode:o}")
 
 
