@@ -1,5 +1,11 @@
 """Run git commands for workspaces: bounded, killable, with a minimal environment.
 
+A repository URL's credentials never reach the disk: clones and fetches use the URL without
+its userinfo (``remote_url``), and git gets the user name and password at fetch time from
+``git_askpass.sh``, which prints them from variables set only in that git process's
+environment (never its arguments). No credential helper runs for such a fetch, so none can
+store them either.
+
 ``keep_alive`` is called about every second while a command runs (the runner passes one that
 heartbeats and raises ``Interrupted`` on cancel); the command's process group is then
 killed, so a cancel never waits for a slow fetch.
@@ -11,12 +17,15 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import unquote, urlsplit, urlunsplit
 
-from project.redaction import redact_text
+from project.redaction import redact_text, url_password
 
 GIT_TIMEOUT_SECONDS = 900
 ERROR_TAIL = 2000
+ASKPASS = Path(__file__).resolve().with_name("git_askpass.sh")
 
 
 class GitError(Exception):
@@ -27,7 +36,43 @@ class Interrupted(Exception):  # noqa: N818 - raised to abandon the checkout, no
     """Raised by ``keep_alive`` to abandon the command (cancel, lost lease)."""
 
 
-def git_environment() -> dict[str, str]:
+@dataclass(frozen=True)
+class Credentials:
+    """The user name and password a repository URL carried, given to git only at fetch time."""
+
+    username: str
+    password: str
+
+    def __repr__(self) -> str:  # never in a traceback or a log line
+        return "Credentials(***)"
+
+
+def _carries_http_credentials(url: str) -> bool:
+    # Only http(s): ssh takes its user from the URL and its secrets from keys or an agent.
+    return url.lower().startswith(("http://", "https://")) and url_password(url) is not None
+
+
+def remote_url(url: str) -> str:
+    """Return ``url`` without the user name and password of an http(s) URL."""
+    if not _carries_http_credentials(url):
+        return url
+    parts = urlsplit(url)
+    host = f"[{parts.hostname}]" if ":" in (parts.hostname or "") else parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    return urlunsplit(parts._replace(netloc=host))
+
+
+def url_credentials(url: str) -> Credentials | None:
+    """Return the credentials an http(s) repository URL carries, else None."""
+    if not _carries_http_credentials(url):
+        return None
+    parts = urlsplit(url)
+    # https://TOKEN@host: hosts that take a token as the user name accept any password.
+    return Credentials(unquote(parts.username or ""), unquote(parts.password or ""))
+
+
+def git_environment(credentials: Credentials | None = None) -> dict[str, str]:
     """Return the environment for git: enough to find it and its credentials, no prompts."""
     env = {
         name: os.environ[name] for name in ("PATH", "HOME", "SSH_AUTH_SOCK") if name in os.environ
@@ -41,6 +86,16 @@ def git_environment() -> dict[str, str]:
         # No ext:: or fd:: transports: a repo URL must never run a command.
         GIT_ALLOW_PROTOCOL="file:git:http:https:ssh",
     )
+    if credentials is not None:
+        env.update(
+            GIT_ASKPASS=str(ASKPASS),
+            CONVEYOR_GIT_USERNAME=credentials.username,
+            CONVEYOR_GIT_PASSWORD=credentials.password,
+            # No credential helper (store, cache, osxkeychain ...) sees, and so keeps, them.
+            GIT_CONFIG_COUNT="1",
+            GIT_CONFIG_KEY_0="credential.helper",
+            GIT_CONFIG_VALUE_0="",
+        )
     return env
 
 
@@ -49,12 +104,13 @@ def git(
     cwd: Path | str | None = None,
     keep_alive: Callable[[], None] | None = None,
     timeout: float = GIT_TIMEOUT_SECONDS,
+    credentials: Credentials | None = None,
 ) -> str:
     """Run ``git *args``; return its stdout, or raise GitError with its stderr."""
     process = subprocess.Popen(
         ["git", *args],
         cwd=cwd,
-        env=git_environment(),
+        env=git_environment(credentials),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -10,6 +10,10 @@ running in it; untracked files (build caches) are kept.
 
 A project without a repo runs in its ``workdir`` (default ``<slug>/workdir``).
 
+Nothing under a workspace holds a repository password: the clone's ``origin`` is the URL
+without credentials, which git gets at fetch time (deployments/git.py); a clone made before
+that has its ``origin`` rewritten on its next fetch. The workspaces directory is 0700.
+
 Git work on one project is serialized by a file lock (``<slug>/.lock``) among the workers
 of one host; workspaces are per host, each worker host clones its own.
 """
@@ -26,9 +30,10 @@ from pathlib import Path
 from django.utils import timezone
 
 from deployments import conf
-from deployments.git import GitError, git, resolve
+from deployments.git import GitError, git, remote_url, resolve, url_credentials
 from deployments.models import ACTIVE, Deployment, FailureReason, Project, Workspace, Worktree
 from project.redaction import redact_url
+from project.secretfiles import private_dir
 
 WORKDIR_ERROR = FailureReason.WORKDIR_ERROR
 
@@ -56,7 +61,7 @@ class Checkout:
 
 def project_root(project: Project) -> Path:
     """Return the directory holding a project's clone, worktrees, workdir and lock."""
-    return conf.get().workspaces_dir / project.slug
+    return private_dir(conf.get().workspaces_dir) / project.slug
 
 
 @contextlib.contextmanager
@@ -126,10 +131,15 @@ def _workspace(project: Project, keep_alive) -> Workspace:
     if not (repo_path / "HEAD").exists():
         if repo_path.exists():
             shutil.rmtree(repo_path)
-        git("clone", "--bare", "--quiet", "--", project.repo, str(repo_path), keep_alive=keep_alive)
+        git(
+            "clone", "--bare", "--quiet", "--", remote_url(project.repo), str(repo_path),
+            keep_alive=keep_alive,
+            credentials=url_credentials(project.repo),
+        )  # fmt: skip
         workspace.last_fetched_at = timezone.now()
-    elif workspace.repo != project.repo:
-        git("remote", "set-url", "origin", project.repo, cwd=repo_path)
+    else:
+        workspace.path, workspace.repo = str(repo_path), project.repo
+        _set_origin(workspace)  # a changed repo, or an older clone whose config kept a password
     workspace.path, workspace.repo, workspace.last_fetch_error = str(repo_path), project.repo, ""
     workspace.save()
     return workspace
@@ -137,15 +147,31 @@ def _workspace(project: Project, keep_alive) -> Workspace:
 
 def fetch(workspace: Workspace, keep_alive: Callable[[], None] | None = None) -> None:
     """Bring the workspace's branches and tags up to date with its remote."""
+    _set_origin(workspace)
     git(
         "fetch", "--quiet", "--prune", "--force", "--tags", "origin",
         "+refs/heads/*:refs/heads/*",
         cwd=workspace.path,
         keep_alive=keep_alive,
+        credentials=url_credentials(workspace.repo),
     )  # fmt: skip
     Workspace.objects.filter(pk=workspace.pk).update(
         last_fetched_at=timezone.now(), last_fetch_error=""
     )
+
+
+def _set_origin(workspace: Workspace) -> None:
+    """Point the clone's ``origin`` at the workspace's repo, credentials left out.
+
+    This also rewrites the config of a clone made when ``origin`` kept the password.
+    """
+    wanted = remote_url(workspace.repo)
+    try:
+        current = git("config", "--get", "remote.origin.url", cwd=workspace.path).strip()
+    except GitError:
+        current = None
+    if current != wanted:
+        git("remote", "set-url", "origin", wanted, cwd=workspace.path)
 
 
 def _commit(workspace: Workspace, deployment: Deployment, keep_alive) -> str:

@@ -11,9 +11,23 @@ class BearerToken(HttpBearer):
     """Authenticate ``Authorization: Bearer <token>``; ``request.auth`` becomes the ApiToken."""
 
     def authenticate(self, request, token: str) -> ApiToken | None:
-        # Through Django's authenticate(), so a wrong token is throttled like a wrong password
-        # (project.throttling) and a locked-out client is refused before the token is looked up.
-        return authenticate(request, api_token=token)
+        return verify_bearer(request, token)
+
+
+def verify_bearer(request, raw: str) -> ApiToken | None:
+    """Return the live token ``raw`` names, or None after counting a failure for the client.
+
+    A token that verifies is accepted whatever else failed from the same address: the
+    lockout (project.throttling) applies only to tokens that do not verify, so nobody can
+    aim it at a valid token by sending bad ones from its address. A failure goes through
+    Django's ``authenticate()``, where django-axes counts it and refuses (429) a locked-out
+    client.
+    """
+    token = token_authenticate(raw)
+    if token is not None:
+        return token
+    authenticate(request, api_token=raw)
+    return None
 
 
 class ApiTokenBackend:

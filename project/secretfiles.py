@@ -66,3 +66,61 @@ def kept_secret(path: Path, generate) -> str:
         return found
     write_private(path, generate())
     return read_private(path) or ""
+
+
+# --- Private directories and files of var/ ---------------------------------------------------
+PRIVATE_DIR_MODE = 0o700
+_tightened: list[str] = []
+
+
+def _tighten(path: Path, private_mode: int) -> None:
+    """Remove group and other access from ``path`` (an install made before it was private)."""
+    mode = stat.S_IMODE(path.stat().st_mode)
+    if mode & 0o077:
+        try:
+            path.chmod(private_mode)
+        except OSError as exc:  # not ours: say so in one line rather than run exposed
+            raise ImproperlyConfigured(
+                f"{path} can be read by other users (mode {mode:o}) and cannot be made "
+                f"private ({exc.strerror}); run 'chmod {private_mode:o} {path}' as its owner"
+            ) from None
+        _tightened.append(f"{path} {mode:o}->{private_mode:o}")
+
+
+def private_dir(path: Path) -> Path:
+    """Create directory ``path`` with mode 0700, or take group and other access from it."""
+    path.mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
+    _tighten(path, PRIVATE_DIR_MODE)
+    return path
+
+
+def private_file(path: Path) -> Path:
+    """Create file ``path`` empty with mode 0600 if missing, or make an existing one 0600."""
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_MODE))
+    _tighten(path, PRIVATE_MODE)
+    return path
+
+
+def private_sqlite(name: Path | str | None) -> Path | str | None:
+    """Make an SQLite database file and its WAL and shared-memory files private (0600).
+
+    An empty file is a valid new database, so creating it here means SQLite never creates
+    it with the umask's mode; SQLite gives its ``-wal`` and ``-shm`` files the mode of the
+    database file. An in-memory database, or one in a missing directory (SQLite then says
+    what is wrong), is returned untouched.
+    """
+    if not name or str(name) == ":memory:" or not Path(name).parent.is_dir():
+        return name
+    path = Path(name)
+    private_file(path)
+    for suffix in ("-wal", "-shm"):
+        companion = path.with_name(path.name + suffix)
+        if companion.exists():
+            _tighten(companion, PRIVATE_MODE)
+    return name
+
+
+def tightened_paths() -> list[str]:
+    """Return the paths whose modes start-up took group and other access from (``old->new``)."""
+    return list(_tightened)

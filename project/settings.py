@@ -16,7 +16,9 @@ from project import env, secretfiles
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env.string("CONVEYOR_VAR_DIR", str(BASE_DIR / "var"))).resolve()
-VAR_DIR.mkdir(parents=True, exist_ok=True)
+# var/ holds the secret key, the embedded database and repository clones: owner only (0700);
+# an older install's looser mode is tightened here and logged once by project.startup.
+secretfiles.private_dir(VAR_DIR)
 
 
 def _secret_key() -> str:
@@ -114,7 +116,7 @@ def _database() -> dict:
     if not url:
         return {
             "ENGINE": "django.db.backends.sqlite3",
-            "NAME": VAR_DIR / "conveyor.sqlite3",
+            "NAME": secretfiles.private_sqlite(VAR_DIR / "conveyor.sqlite3"),
             "OPTIONS": {
                 # IMMEDIATE takes the write lock at BEGIN, so two writers queue on the busy
                 # timeout instead of failing with "database is locked" mid-transaction.
@@ -133,6 +135,8 @@ def _database() -> dict:
         ) from None
     if not config.get("ENGINE"):
         raise ImproperlyConfigured(f"DATABASE_URL: {shown!r} names no database engine ({expected})")
+    if config["ENGINE"] == "django.db.backends.sqlite3":
+        secretfiles.private_sqlite(config.get("NAME"))  # every secret is in it
     if config["ENGINE"] == "django.db.backends.postgresql":
         config.setdefault("OPTIONS", {}).setdefault("connect_timeout", 5)
     return config
@@ -268,8 +272,9 @@ CONVEYOR_WORKSPACES_DIR = Path(env.string("CONVEYOR_WORKSPACES_DIR", str(VAR_DIR
 # true behind a TLS-terminating proxy that sets X-Forwarded-Proto: secure cookies, HSTS.
 CONVEYOR_HTTPS = env.boolean("CONVEYOR_HTTPS", False)
 CONVEYOR_HSTS_MAX_AGE = env.duration("CONVEYOR_HSTS_MAX_AGE", "365d")
-# Failed admin logins and API authentications: this many per client address (or admin
-# username) lock it out for CONVEYOR_AUTH_LOCKOUT after the last one (project/throttling.py).
+# Failed admin logins (per username and address) and failed API tokens (per address; a valid
+# token is never refused) lock out for CONVEYOR_AUTH_LOCKOUT after the last one
+# (project/throttling.py).
 CONVEYOR_AUTH_FAILURE_LIMIT = env.integer("CONVEYOR_AUTH_FAILURE_LIMIT", 10, minimum=1)
 CONVEYOR_AUTH_LOCKOUT = env.duration("CONVEYOR_AUTH_LOCKOUT", "15m")
 # Trusted reverse proxies in front of the web processes (the client is in X-Forwarded-For).
@@ -281,6 +286,8 @@ AXES_COOLOFF_TIME = CONVEYOR_AUTH_LOCKOUT
 AXES_LOCKOUT_PARAMETERS = "project.throttling.lockout_parameters"
 AXES_CLIENT_IP_CALLABLE = "project.throttling.client_address"
 AXES_LOCKOUT_CALLABLE = "project.throttling.lockout_response"
+# An attempt refused while locked out is not recorded, so it never extends the lock.
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
 
 if CONVEYOR_HTTPS:
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")

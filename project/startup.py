@@ -3,6 +3,8 @@
 * A bad setting ends the process with one line on stderr naming the variable, its value and
   what is expected, and exit status 2 (``EXIT_BAD_SETTING``), never a traceback.
 * ``CONVEYOR_*`` variables that no setting reads are reported in one warning line.
+* ``var/`` (0700) and the embedded database (0600) are private; an older install's looser
+  modes are tightened by the settings and reported here in one warning line.
 * A worker or beat that cannot reach the database or the broker says which, and tries again
   with exponential backoff (1s, 2s, 4s, ... at most ``MAX_BACKOFF_SECONDS``) instead of
   crashing and being restarted in a loop.
@@ -59,6 +61,20 @@ def setup() -> None:
     except ImproperlyConfigured as exc:
         fail(str(exc))
     report_unknown_variables()
+    report_tightened_modes()
+
+
+def report_tightened_modes() -> list[str]:
+    """Log one warning naming the files of var/ whose modes start-up made private."""
+    from project import secretfiles
+
+    tightened = secretfiles.tightened_paths()
+    if tightened:
+        logger.warning(
+            "startup.permissions_tightened",
+            extra={"paths": tightened, "hint": "others could read them: secrets may have leaked"},
+        )
+    return tightened
 
 
 def report_unknown_variables() -> list[str]:

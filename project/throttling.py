@@ -1,15 +1,19 @@
 """Throttle failed authentication: admin passwords and API tokens, one counter per client.
 
-django-axes does the counting. Every credential check goes through Django's
-``authenticate()`` (the admin's login form, and ``jobs.auth.BearerToken`` for API tokens via
-``ApiTokenBackend``), so axes sees every failure and refuses any attempt, right or wrong,
-from a client that is locked out. Its counters are rows in the database (``AccessAttempt``),
-so every web process on every host shares them, on PostgreSQL and on the embedded SQLite.
+django-axes does the counting. Every failed credential goes through Django's
+``authenticate()`` (the admin's login form, and ``jobs.auth.verify_bearer`` for API tokens
+via ``ApiTokenBackend``), so axes sees every failure and refuses a client that is locked
+out. Its counters are rows in the database (``AccessAttempt``), so every web process on
+every host shares them, on PostgreSQL and on the embedded SQLite.
 
-- A client address is locked after ``CONVEYOR_AUTH_FAILURE_LIMIT`` failures (10) of either
-  kind; an admin username too, whatever the address the guesses come from.
-- The lock lasts ``CONVEYOR_AUTH_LOCKOUT`` (15m) after the last failure; failures older
-  than that are forgotten. A refused attempt counts as a failure (it extends the lock).
+- Admin logins are locked per (username, address) pair after ``CONVEYOR_AUTH_FAILURE_LIMIT``
+  failures (10): guesses from other addresses never lock the real person out.
+- API tokens (and ``/metrics``) are counted per client address, but the lock applies only
+  to tokens that do not verify (``jobs.auth.verify_bearer``): a valid token is never
+  refused because others failed from its address; bad ones from there get 429.
+- The lock lasts ``CONVEYOR_AUTH_LOCKOUT`` (15m) after the last counted failure; failures
+  older than that are forgotten. An attempt refused while locked is not counted, so it
+  never extends the lock.
 - A locked request gets 429 with ``Retry-After``: the API's one error shape under /api/,
   a plain page for the admin. Successful requests cost one indexed read and are never
   delayed.
@@ -25,6 +29,7 @@ from django.http import HttpResponse, JsonResponse
 from django.utils.html import escape
 
 API_PREFIX = "/api/"
+METRICS_PATH = "/metrics"  # a scraper reads the API's error shape, not an HTML page
 
 
 def client_address(request) -> str:
@@ -62,10 +67,10 @@ class SerializedDatabaseHandler(AxesDatabaseHandler):
             super().user_login_failed(sender, credentials, request, **kwargs)
 
 
-def lockout_parameters(request, credentials: dict | None) -> list[str]:
-    """Count a failed password by username and by address; a failed token by address."""
+def lockout_parameters(request, credentials: dict | None) -> list:
+    """Count a failed password by (username, address) pair; a failed token by address."""
     if credentials and credentials.get("username"):
-        return ["username", "ip_address"]
+        return [["username", "ip_address"]]
     return ["ip_address"]
 
 
@@ -80,9 +85,10 @@ def lockout_response(request, original_response=None, credentials=None) -> HttpR
     seconds = retry_after_seconds()
     message = (
         "too many failed authentication attempts; "
-        f"try again in {seconds} seconds (counted per client address and per username)"
+        f"try again in {seconds} seconds "
+        "(counted per username and address for logins, per address for tokens)"
     )
-    if request.path.startswith(API_PREFIX):
+    if request.path.startswith(API_PREFIX) or request.path == METRICS_PATH:
         response = JsonResponse(
             error_body("too_many_requests", message, {"retry_after": seconds}), status=429
         )

@@ -41,6 +41,7 @@ import yaml
 
 from deployments.models import ConcurrencyPolicy
 from deployments.projects_as_code.environments import EnvironmentSpec, parse_environments
+from deployments.runner.masking import MIN_SECRET_LENGTH
 from deployments.validation import NAME, clean_environment, matches
 from project.env import parse_duration
 
@@ -294,6 +295,12 @@ def _secrets(raw: object, where: str, errors: list[str]) -> dict:
             value = os.environ[source]
         if not isinstance(value, str) or not value:
             errors.append(f"{where}.{name}: must be a non-empty string or {{from_env: VAR}}")
+            continue
+        if len(value) < MIN_SECRET_LENGTH:  # the value itself is never part of the message
+            errors.append(
+                f"{where}.{name}: a secret needs at least {MIN_SECRET_LENGTH} characters "
+                f"(got {len(value)}): shorter values cannot be masked in every form in logs"
+            )
             continue
         checked = _env({name: value}, where, errors)
         secrets.update(checked)

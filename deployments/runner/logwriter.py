@@ -3,6 +3,11 @@
 Bytes are masked, buffered, and written as chunks of at most ``LOG_CHUNK_BYTES`` as soon as a
 full chunk is there, and at least every ``LOG_FLUSH_SECONDS`` otherwise. The writer never
 holds more than one chunk plus one read, whatever the output size.
+
+Step output is one masked stream across the deployment's steps: a possible start of a secret
+held at the end of one step stays held (``begin_step`` and ``flush`` keep it) until the next
+step's output shows whether it is one, so it then appears after the runner's lines between
+the steps. The runner's own lines (``line``) are masked whole, outside that stream.
 """
 
 import time
@@ -33,7 +38,7 @@ class LogWriter:
 
     def begin_step(self, step_run_id: int | None) -> None:
         """Attribute what follows to ``step_run_id`` (flushing what came before)."""
-        self.flush(final=True)
+        self.flush()
         self.step_run_id = step_run_id
 
     def write(self, data: bytes) -> None:
@@ -51,7 +56,8 @@ class LogWriter:
     def line(self, text: str) -> None:
         """Write one line of the runner's own (starting a new line if output did not end one)."""
         prefix = "" if self._ends_with_newline else "\n"
-        self.write(f"{prefix}{text}\n".encode())
+        self._ends_with_newline = True
+        self._pending += self.masker.mask(f"{prefix}{text}\n".encode())
 
     def tick(self) -> None:
         """Store buffered output if it has waited ``LOG_FLUSH_SECONDS``."""
@@ -59,7 +65,7 @@ class LogWriter:
             self._store(whole_chunks_only=False)
 
     def flush(self, *, final: bool = False) -> None:
-        """Store everything buffered; ``final`` also releases a held possible-secret tail."""
+        """Store everything buffered; ``final`` (the output has ended) also releases the tail."""
         if final:
             self._pending += self.masker.flush()
         if self._pending:

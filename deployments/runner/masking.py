@@ -1,6 +1,9 @@
 r"""Mask secret values, and their common encodings, in a byte stream cut into arbitrary pieces.
 
-The forms masked (``encoded_forms``): the raw value; its base64 at any alignment;
+The forms masked (``encoded_forms``): the raw value; its base64 on its own (``base64 <<<
+$SECRET``) and at any alignment inside longer encoded text (for secrets of at least 5 bytes;
+shorter ones leave too few characters of their own, which is one reason secrets must have at
+least ``MIN_SECRET_LENGTH`` characters where they enter, projects-as-code);
 percent-encoded (``%40`` and ``%2f``/``%2F``: upper- and lower-case hex, with ``/`` encoded
 or kept, and the ``+``-for-space form), as it appears in a URL; and JSON-escaped (``\"``,
 ``\\``, ``\uXXXX``, ``\/``). A step that transforms a secret otherwise (hex, hashing,
@@ -8,7 +11,9 @@ reversing, another encoding) is not covered: what it prints is what it chose to 
 
 A secret may arrive split across two reads. ``SecretMasker.feed`` masks what it can and holds
 back the longest tail that could still be the start of a secret, so nothing is released
-until it is known not to be (part of) one; ``flush`` releases the tail at the end.
+until it is known not to be (part of) one; ``flush`` releases the tail at the end. The
+runner keeps one masker for all of a deployment's steps, so a secret printed half at the end
+of one step and half at the start of the next is masked too.
 """
 
 import base64
@@ -20,6 +25,9 @@ from urllib.parse import quote, quote_plus
 from project.redaction import url_password
 
 MASK = b"***"
+# Shorter secret values are refused where secrets enter (projects-as-code): a few characters
+# would mask ordinary output, and their base64 inside longer text cannot be recognised.
+MIN_SECRET_LENGTH = 8
 
 
 def base64_forms(secret: bytes) -> set[bytes]:
@@ -61,7 +69,8 @@ def encoded_forms(secret: str) -> set[bytes]:
         escaped = json.dumps(secret, ensure_ascii=ascii_only)[1:-1]
         texts |= {escaped, escaped.replace("/", "\\/")}
     forms = {text.encode() for text in texts}
-    return forms | base64_forms(secret.encode())
+    alone = base64.b64encode(secret.encode())
+    return forms | {alone, alone.rstrip(b"=")} | base64_forms(secret.encode())
 
 
 class SecretMasker:
@@ -83,21 +92,41 @@ class SecretMasker:
         """Return the masked bytes that can be released now; keep a possible secret start."""
         if not self.patterns:
             return data
-        buffer = self._mask(self._tail + data)
-        hold = self._held(buffer)
-        self._tail = buffer[len(buffer) - hold :] if hold else b""
-        return buffer[: len(buffer) - hold]
+        buffer = self._tail + data
+        keep = self._hold_start(buffer)
+        self._tail = buffer[keep:]  # kept unmasked: more data may complete a longer form
+        return self.mask(buffer[:keep])
 
     def flush(self) -> bytes:
-        """Release whatever is held (the stream ended, so it cannot become a secret)."""
+        """Release whatever is held, masked (the stream ended, so it cannot grow any more)."""
         tail, self._tail = self._tail, b""
-        return tail
+        return self.mask(tail)
 
-    def _mask(self, data: bytes) -> bytes:
+    def mask(self, data: bytes) -> bytes:
+        """Return complete ``data`` (not part of the stream) with every secret form masked."""
         for pattern in self.patterns:
             if pattern in data:
                 data = data.replace(pattern, MASK)
         return data
+
+    def _hold_start(self, buffer: bytes) -> int:
+        """Return where the held tail starts: at a possible secret start, or earlier.
+
+        Any whole form reaching into that tail is held with it: masked now, it could be cut
+        from a longer form that the next read completes (a secret's base64 and its padding).
+        """
+        start = len(buffer) - self._held(buffer)
+        floor = max(0, len(buffer) - 2 * self._hold_max - 2)  # the tail stays bounded
+        moved = True
+        while moved and start > floor:
+            moved = False
+            for pattern in self.patterns:
+                # a match starting before ``start`` and ending after it
+                begin = max(floor, start - len(pattern) + 1)
+                found = buffer.find(pattern, begin, start + len(pattern) - 1)
+                if found != -1:
+                    start, moved = found, True
+        return start
 
     def _held(self, buffer: bytes) -> int:
         for size in range(min(self._hold_max, len(buffer)), 0, -1):

@@ -173,7 +173,7 @@ class Execution:
         self.log.line(
             f"conveyor: step {run.name} {self._describe(result)} in {result.seconds:.1f}s"
         )
-        self.log.flush(final=True)
+        self.log.flush()  # a held possible secret start waits for the next step's output
         run.status = self._step_status(result)
         run.exit_code, run.finished_at, run.log_end = result.exit_code, timezone.now(), self.log.end
         run.save(update_fields=["status", "exit_code", "finished_at", "log_end"])
@@ -222,9 +222,10 @@ class Execution:
         return (S.FAILED, FailureReason.TIMED_OUT, f"deployment timed out {where}")
 
     def _finish(self, status: str | Stop, reason: str, error: str) -> str:
+        self.log.flush(final=True)  # no more step output: release what was held
         if error:
             self.log.line(f"conveyor: {error}")
-        self.log.flush(final=True)
+        self.log.flush()
         if status is Stop.LOST:  # the dead-job handler has ended (or will end) the deployment
             log_deployment("deployment.run_lost", self.deployment, error=error)
             return status.value

@@ -181,3 +181,13 @@ def test_seed_demo_is_idempotent_and_its_pipelines_behave(transactional_db, depl
     )
     assert good.status == "success" and "building part 3" in log_text(good)
     assert broken.status == "failed" and broken.failure_reason == "step_failed"
+
+
+def test_a_secret_shorter_than_the_minimum_is_refused_without_showing_it(db, tmp_path):
+    document = {"projects": [{"slug": "tiny", "secrets": {"PIN": "k9Zq", "OK": "long-enough"}}]}
+    with pytest.raises(CommandError) as raised:
+        apply_file(tmp_path, document)
+    message = str(raised.value)
+    assert "projects[tiny].secrets.PIN: a secret needs at least 8 characters (got 4)" in message
+    assert "k9Zq" not in message and "OK" not in message.split("PIN", 1)[1]
+    assert not Project.objects.exists()

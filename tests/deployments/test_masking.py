@@ -94,3 +94,39 @@ def test_common_encodings_of_a_secret_are_masked_wherever_the_stream_is_cut(leak
 def test_the_json_escaped_form_of_a_secret_is_masked(secret, escaped):
     data = f'{{"v": "{escaped}"}}'.encode()
     assert mask_in_pieces([secret], data, [5, 11]) == b'{"v": "***"}'
+
+
+@pytest.mark.parametrize("secret", ["k9Zq", "ab", "12345", "short-7"])
+def test_the_base64_of_a_short_secret_printed_on_its_own_is_masked(secret):
+    encoded = base64.b64encode(secret.encode())
+    for form in (encoded, encoded.rstrip(b"=")):
+        data = b"value: " + form + b"\n"
+        for cut in range(len(data) + 1):
+            assert mask_in_pieces([secret], data, [cut]) == b"value: ***\n", (form, cut)
+
+
+def test_a_secret_printed_half_at_the_end_of_one_step_and_half_in_the_next_is_masked(
+    make_project, deploy_worker
+):
+    from deployments.models import StepRun
+    from deployments.services import deployment_create
+    from tests.deployments.conftest import log_bytes, wait_for
+
+    first, second = SECRET[:9], SECRET[9:]
+    project = make_project(
+        secrets={"TOKEN": SECRET},
+        pipelines={
+            "default": [
+                {"name": "one", "command": f"echo start; printf '%s' '{first}'"},
+                {"name": "two", "command": f"printf '%s\\n' '{second}'; echo end"},
+            ]
+        },
+    )
+    deploy_worker()
+    done = wait_for(deployment_create(project=project, ref="main"), "success", "failed")
+    assert done.status == "success", done.error
+    stored = log_bytes(done)
+    assert first.encode() not in stored and second.encode() not in stored, stored
+    runs = {run.name: run for run in StepRun.objects.filter(deployment=done)}
+    assert b"start\n" in stored[runs["one"].log_start : runs["one"].log_end]
+    assert b"***\nend\n" in stored[runs["two"].log_start : runs["two"].log_end]

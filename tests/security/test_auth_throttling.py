@@ -1,4 +1,7 @@
-"""Failed authentication is throttled per client address (and per admin username).
+"""Failed authentication is throttled, and the throttle cannot be aimed at anyone else.
+
+Admin logins are counted per (username, address) pair; API tokens per address, but a valid
+token is never refused. /metrics is throttled like the API.
 
 The API test runs two real gunicorn processes against one database, on PostgreSQL and on
 the embedded SQLite default: the failures counted by one process lock the client out of the
@@ -70,8 +73,13 @@ def test_failures_in_one_web_process_lock_the_client_out_of_both(web_pair):
         error = locked.json()["error"]
         assert set(error) == {"code", "message", "details"}
         assert error["code"] == "too_many_requests" and error["details"]["retry_after"] == 900
-        # Locked out means locked out: the right token from that address is refused too.
-        assert _get(server, token, ATTACKER).status_code == 429
+        # Only bad tokens are locked out: the right token from that address still works,
+        # and using it neither lifts nor extends the lock.
+        before = list(AccessAttempt.objects.values_list("attempt_time", "failures_since_start"))
+        assert _get(server, token, ATTACKER).status_code == 200
+        after = list(AccessAttempt.objects.values_list("attempt_time", "failures_since_start"))
+        assert before == after
+        assert _get(server, "cvy_yet-another-guess", ATTACKER).status_code == 429
         # Everyone else goes on as before.
         assert _get(server, token, HONEST).status_code == 200
 
@@ -101,27 +109,68 @@ def _login(password: str, address: str, username: str = "admin"):
     return response, client.session.get("_auth_user_id")
 
 
-def test_wrong_admin_passwords_lock_the_username_whatever_the_address(admin_user):
-    for attempt in range(LIMIT - 1):
+def test_wrong_passwords_for_a_username_from_other_addresses_never_lock_its_owner_out(
+    admin_user,
+):
+    for attempt in range(LIMIT):
         response, user_id = _login("wrong", f"192.0.2.{attempt + 1}")
         assert response.status_code == 200 and user_id is None  # the form again
-    response, _ = _login("wrong", "192.0.2.100")  # the failure that reaches the limit
+    for _ in range(LIMIT):  # and ten more from one other address
+        _login("wrong", ATTACKER)
+    response, user_id = _login("right-pass-1", HONEST)
+    assert response.status_code == 302 and user_id == str(admin_user.pk)
+
+
+def test_wrong_passwords_lock_the_username_and_address_pair_only(admin_user):
+    for _ in range(LIMIT - 1):
+        response, _ = _login("wrong", ATTACKER)
+        assert response.status_code == 200
+    response, _ = _login("wrong", ATTACKER)  # the failure that reaches the limit
     assert response.status_code == 429
 
-    response, user_id = _login("right-pass-1", "192.0.2.200")
+    response, user_id = _login("right-pass-1", ATTACKER)
     assert response.status_code == 429 and user_id is None
     assert response["Retry-After"] == str(LOCKOUT_SECONDS)
     assert "Too many failed login attempts" in response.content.decode()
-    assert AccessAttempt.objects.filter(username="admin").exists()
-
-
-def test_wrong_passwords_from_one_address_lock_that_address_only(admin_user):
-    for attempt in range(LIMIT):
-        _login("wrong", ATTACKER, username=f"user{attempt}")
-    response, user_id = _login("right-pass-1", ATTACKER)
-    assert response.status_code == 429 and user_id is None
+    get_user_model().objects.create_user("other", "o@example.com", "other-pass-1", is_staff=True)
+    response, user_id = _login("other-pass-1", ATTACKER, username="other")
+    assert response.status_code == 302 and user_id is not None
     response, user_id = _login("right-pass-1", HONEST)
     assert response.status_code == 302 and user_id == str(admin_user.pk)
+
+
+def test_an_attempt_refused_while_locked_out_does_not_extend_the_lock(admin_user):
+    for _ in range(LIMIT):
+        _login("wrong", ATTACKER)
+    locked = AccessAttempt.objects.get(username="admin", ip_address=ATTACKER)
+    for password in ("right-pass-1", "wrong"):
+        response, _ = _login(password, ATTACKER)
+        assert response.status_code == 429
+    again = AccessAttempt.objects.get(pk=locked.pk)
+    assert (again.attempt_time, again.failures_since_start) == (
+        locked.attempt_time,
+        locked.failures_since_start,
+    )
+
+
+def _scrape(token: str, address: str):
+    return Client(REMOTE_ADDR=address).get("/metrics", HTTP_AUTHORIZATION=f"Bearer {token}")
+
+
+def test_metrics_with_bad_tokens_is_throttled_like_the_api(db):
+    _, token = token_create(name="scraper", scope="admin")
+    for attempt in range(LIMIT - 1):
+        assert _scrape(f"cvy_bad-{attempt}", ATTACKER).status_code == 403
+    locked = _scrape("cvy_bad-last", ATTACKER)  # the failure that reaches the limit
+    assert locked.status_code == 429
+    assert locked["Retry-After"] == str(LOCKOUT_SECONDS)
+    assert locked.json()["error"]["code"] == "too_many_requests"
+    assert _scrape("cvy_bad-more", ATTACKER).status_code == 429
+    # The failures count for the API too, and a valid token still works in both.
+    api = Client(REMOTE_ADDR=ATTACKER)
+    assert api.get("/api/v1/queue", HTTP_AUTHORIZATION="Bearer cvy_x").status_code == 429
+    assert api.get("/api/v1/queue", HTTP_AUTHORIZATION=f"Bearer {token}").status_code == 200
+    assert _scrape(token, ATTACKER).status_code == 200
 
 
 def test_the_limits_are_settings():
