@@ -113,9 +113,9 @@ def test_purge_deletes_exactly_the_rows_past_their_retention(monkeypatch):
     batches = []
     real = purge_module.delete_in_batches
 
-    def counting(queryset, batch_size):
-        batches.append(batch_size)
-        return real(queryset, batch_size)
+    def counting(queryset, **options):
+        batches.append(options["batch_size"])
+        return real(queryset, **options)
 
     monkeypatch.setattr(purge_module, "delete_in_batches", counting)
     result = purge(batch_size=2)
@@ -129,7 +129,7 @@ def test_purge_deletes_exactly_the_rows_past_their_retention(monkeypatch):
     assert not Job.objects.filter(pk__in=[j.pk for j in doomed]).exists()
     assert list(TaskResult.objects.values_list("task_id", flat=True)) == ["young"]
     assert list(IdempotencyKey.objects.values_list("key", flat=True)) == ["young"]
-    assert batches == [2, 2, 2, 2]
+    assert batches == [2, 2, 2, 2, 2]  # succeeded, cancelled, dead, results, keys
 
 
 def test_the_sweeper_reads_an_empty_or_missing_queue_as_empty(transactional_db, purge_broker):
