@@ -10,6 +10,11 @@ backlog is not multiplied, and not at all while the broker queue already holds e
 messages to carry every candidate for it (a message carries up to ``CONVEYOR_BATCH_SIZE``
 ids). Re-sent jobs share messages like any fan-out (jobs.publish).
 
+Both queries read only the columns publishing and logging need (``SWEPT_FIELDS``) from the
+partial indexes on the runnable rows (``status IN ('queued', 'retrying')``): the overdue ones
+in priority order on ``job_pending_priority_idx``, the soon-due ones on
+``job_pending_due_idx``.
+
 Runs every ``CONVEYOR_SWEEPER_INTERVAL`` (default 1m). Logs one ``maintenance.sweeper`` line.
 """
 
@@ -31,6 +36,9 @@ logger = logging.getLogger("jobs.maintenance")
 BATCH_SIZE = 1000
 MAX_BACKOFF_DOUBLINGS = 5
 NOT_FOUND = "404"  # the AMQP reply code of a passive declare of a missing queue
+# What publish() (task, queue, run_after), log_job() (task, queue, attempts) and the spacing
+# (published_at, publish_count) read; a deferred field read later would cost a query per job.
+SWEPT_FIELDS = ("task", "queue", "run_after", "attempts", "published_at", "publish_count")
 
 
 @dataclass(frozen=True)
@@ -62,9 +70,9 @@ def _queue_depth(queue: str) -> int | None:
 def _candidates(now) -> list[Job]:
     grace = conf.get().sweeper_grace
     rows = list(
-        Job.objects.filter(status__in=PENDING, run_after__lte=now - grace).order_by(
-            "-priority", "run_after"
-        )[: BATCH_SIZE * 10]
+        Job.objects.filter(status__in=PENDING, run_after__lte=now - grace)
+        .order_by("-priority", "run_after")
+        .only(*SWEPT_FIELDS)[: BATCH_SIZE * 10]
     )
     spaced = []
     for job in rows:
@@ -113,7 +121,9 @@ def _publish_coming_due(now) -> int:
             run_after__gt=now,
             run_after__lte=horizon,
             published_at__lt=F("run_after") - timedelta(seconds=SCHEDULE_HORIZON_SECONDS),
-        )[:BATCH_SIZE]
+        )
+        .order_by("run_after")
+        .only(*SWEPT_FIELDS)[:BATCH_SIZE]
     )
     if jobs:
         _mark_published(jobs, now)

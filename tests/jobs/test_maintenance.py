@@ -143,3 +143,40 @@ def test_the_sweeper_reads_an_empty_or_missing_queue_as_empty(transactional_db, 
     assert _queue_depth("conveyor-no-such-queue") == 0
     enqueue("tests.record", {})  # no worker is running: the message waits
     assert _queue_depth("default") == 1
+
+
+def test_the_sweeper_reads_only_the_columns_it_needs_and_still_publishes_each_job(
+    transactional_db, purge_broker
+):
+    """No payload, history or result leaves the database, and no deferred field is fetched."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from jobs.maintenance.sweeper import sweep
+    from project.celery import app
+
+    long_ago = timezone.now() - timedelta(minutes=10)
+    soon = timezone.now() + timedelta(minutes=5)
+    overdue = [
+        make(S.QUEUED, run_after=long_ago, payload={"big": "x" * 1000}),
+        make(S.RETRYING, run_after=long_ago, attempts=2, attempts_history=[{"attempt": 1}]),
+    ]
+    # Beyond the horizon when published, now within it: published with its countdown.
+    coming = make(S.QUEUED, run_after=soon, published_at=soon - timedelta(hours=1))
+    purge_broker()
+
+    with CaptureQueriesContext(connection) as queries:
+        result = sweep()
+
+    assert (result.republished, result.scheduled) == (2, 1)
+    reads = [q["sql"] for q in queries.captured_queries if q["sql"].startswith("SELECT")]
+    assert len(reads) == 2, reads  # the overdue and the coming-due rows; no per-job fetch
+    for sql in reads:
+        for column in ("payload", "attempts_history", "result", "last_error"):
+            assert f'"jobs_job"."{column}"' not in sql, sql
+    with app.connection_for_write() as conn:
+        channel = conn.default_channel
+        assert channel.queue_declare(queue="default", passive=True).message_count == 3
+    published = Job.objects.filter(pk__in=[j.pk for j in [*overdue, coming]])
+    assert all(job.published_at is not None for job in published)
+    assert [j.publish_count for j in published.order_by("pk")] == [1, 1, 1]
