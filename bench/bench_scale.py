@@ -431,7 +431,7 @@ def table(results: dict) -> str:
         f"| read | {' | '.join(head)} | {last}/0 |",
         "|---|" + "---:|" * (len(head) + 1),
     ]
-    names = list(results[sizes[0]]["reads"])
+    names = list(dict.fromkeys(name for s in sizes for name in results[s]["reads"]))
     for name in names:
         values = [results[s]["reads"].get(name) for s in sizes]
         ratio = f"{values[-1] / values[0]:.1f}×" if values[0] and values[-1] is not None else ""
