@@ -110,11 +110,11 @@ class Job(models.Model):
         indexes = [
             # The reaper: running rows whose lease ran out.
             models.Index(fields=["status", "lease_expires_at"], name="job_reaper_idx"),
-            # The sweeper's overdue rows, in the order it re-sends them.
+            # The sweeper's rows due for a re-send: one range per backoff step.
             models.Index(
-                fields=["-priority", "run_after"],
+                fields=["publish_count", "published_at"],
                 condition=Q(status__in=["queued", "retrying"]),
-                name="job_pending_priority_idx",
+                name="job_pending_publish_idx",
             ),
             # The sweeper's soon-due scheduled rows; the oldest due row.
             models.Index(

@@ -22,8 +22,8 @@ class Migration(migrations.Migration):
             model_name="job",
             index=models.Index(
                 condition=PENDING,
-                fields=["-priority", "run_after"],
-                name="job_pending_priority_idx",
+                fields=["publish_count", "published_at"],
+                name="job_pending_publish_idx",
             ),
         ),
         AddIndexOnline(
