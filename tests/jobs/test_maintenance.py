@@ -182,3 +182,27 @@ def test_the_sweeper_reads_only_the_columns_it_needs_and_still_publishes_each_jo
     published = Job.objects.filter(pk__in=[j.pk for j in [*overdue, coming]])
     assert all(job.published_at is not None for job in published)
     assert [j.publish_count for j in published.order_by("pk")] == [1, 1, 1]
+
+
+@pytest.mark.django_db
+def test_the_sweeper_spaces_re_sends_exponentially_on_both_sides_of_each_step():
+    from jobs import conf
+    from jobs.maintenance.sweeper import MAX_BACKOFF_DOUBLINGS, _candidates
+
+    now = timezone.now()
+    grace = conf.get().sweeper_grace
+    overdue = now - grace - timedelta(minutes=1)
+    due, early = [make(S.QUEUED, run_after=overdue, published_at=None)], []
+    for count in range(MAX_BACKOFF_DOUBLINGS + 2):  # the last step repeats past the cap
+        spacing = grace * 2 ** min(count, MAX_BACKOFF_DOUBLINGS)
+        for published, side in ((now - spacing - SECOND, due), (now - spacing + SECOND, early)):
+            status = S.RETRYING if count % 2 else S.QUEUED
+            side.append(
+                make(status, run_after=overdue, published_at=published, publish_count=count)
+            )
+    make(S.QUEUED, run_after=now, published_at=None)  # not overdue yet
+
+    assert sorted(job.pk for job in _candidates(now)) == sorted(job.pk for job in due)
+
+
+SECOND = timedelta(seconds=1)
