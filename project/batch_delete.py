@@ -3,15 +3,17 @@
 Every purge (finished jobs, webhook deliveries and events, deployment logs, maintenance
 records) goes through ``delete_in_batches``, as River's cleaner does it:
 
-* **One statement per batch.** The batch is chosen by ``SELECT pk … ORDER BY <column>
-  LIMIT n FOR UPDATE SKIP LOCKED`` on the column the caller's index sorts, and deleted in the
-  same statement (``WITH doomed AS (…) DELETE … WHERE pk IN (SELECT pk FROM doomed)``). A
-  row that another transaction holds (a job being retried, a delivery being replayed) is
-  passed by; a row that stopped matching before the lock (retried and committed) is
-  re-checked by the lock and passed by too.
-* **Dependent rows in SQL.** Rows that point at a deleted row are handled in the same
-  statement, as each foreign key's ``on_delete`` asks: ``SET_NULL`` becomes an ``UPDATE …
-  SET col = NULL``, ``CASCADE`` a ``DELETE`` (and so on down its own dependents),
+* **One statement per batch.** ``DELETE … WHERE <filter> AND pk IN (SELECT pk … WHERE
+  <filter> ORDER BY <column> LIMIT n)``, on the column the caller's index sorts, so the
+  choice reads only the rows it deletes. The filter is checked again on every row the DELETE
+  reaches: a row another transaction is changing (a job being retried, a delivery being
+  replayed) is waited for, re-checked once that transaction commits, and kept when it no
+  longer matches. No row is locked before it is deleted (a ``FOR UPDATE`` would write each
+  row twice).
+* **Dependent rows in SQL.** Rows that point at a deleted row (``RETURNING`` its key) are
+  handled in the same statement, as each foreign key's ``on_delete`` asks: ``SET_NULL``
+  becomes an ``UPDATE … SET col = NULL``, ``CASCADE`` a ``DELETE`` (and so on down its own
+  dependents),
   ``DO_NOTHING`` nothing. No full row is ever fetched, no ``pre_delete``/``post_delete``
   signal is sent (none of the purged models has receivers).
 * **Short batches, short pauses.** ``BATCH_SIZE`` rows a statement (a few milliseconds on
@@ -27,7 +29,7 @@ import time
 from collections import Counter
 
 from django.db import connections, models, transaction
-from django.db.models import QuerySet
+from django.db.models import QuerySet, sql
 from django.db.models.deletion import get_candidate_relations_to_delete
 
 BATCH_SIZE = 1000
@@ -75,13 +77,6 @@ def delete_batch(queryset: QuerySet, *, order_by: str, batch_size: int = BATCH_S
         return _delete_by_ids(queryset, order_by, batch_size)
 
 
-def _chosen(queryset: QuerySet, order_by: str, batch_size: int) -> QuerySet:
-    chosen = queryset.order_by(order_by).values("pk")[:batch_size]
-    if connections[queryset.db].features.has_select_for_update_skip_locked:
-        chosen = chosen.select_for_update(skip_locked=True)
-    return chosen
-
-
 def _dependents(model: type[models.Model], depth: int = 0) -> list[tuple]:
     """Return ``(relation, children)`` for every foreign key into ``model`` that acts on delete."""
     if depth > MAX_CASCADE_DEPTH:
@@ -106,9 +101,15 @@ def _delete_in_one_statement(queryset: QuerySet, order_by: str, batch_size: int)
     connection = connections[queryset.db]
     quote = connection.ops.quote_name
     model = queryset.model
-    select_sql, params = _chosen(queryset, order_by, batch_size).query.sql_with_params()
-    ctes = [f"doomed(id) AS ({select_sql})"]
-    counted = []  # (model label, CTE name) of every DELETE, counted in the final SELECT
+    pk = quote(model._meta.pk.column)
+    # Django's own DELETE of "the filter, and among the first n by order_by": the filter is
+    # checked twice, in the choice and again on each row the DELETE reaches.
+    chosen = queryset.order_by(order_by).values("pk")[:batch_size]
+    query = queryset.filter(pk__in=chosen).order_by().query.clone()
+    query.__class__ = sql.DeleteQuery
+    delete_sql, params = query.get_compiler(queryset.db).as_sql()
+    ctes = [f"gone(id) AS ({delete_sql} RETURNING {pk})"]
+    counted = [(model._meta.label, "gone")]  # (model label, CTE name) of every DELETE
 
     def add(source: str, dependents: list[tuple]) -> None:
         for relation, children in dependents:
@@ -121,21 +122,15 @@ def _delete_in_one_statement(queryset: QuerySet, order_by: str, batch_size: int)
                     f"WHERE {column} IN (SELECT id FROM {source}))"
                 )
                 continue
-            pk = quote(relation.related_model._meta.pk.column)
+            child_pk = quote(relation.related_model._meta.pk.column)
             ctes.append(
                 f"{name}(id) AS (DELETE FROM {table} WHERE {column} IN "
-                f"(SELECT id FROM {source}) RETURNING {pk})"
+                f"(SELECT id FROM {source}) RETURNING {child_pk})"
             )
             counted.append((relation.related_model._meta.label, name))
             add(name, children)
 
-    add("doomed", _dependents(model))
-    pk = quote(model._meta.pk.column)
-    ctes.append(
-        f"gone(id) AS (DELETE FROM {quote(model._meta.db_table)} "
-        f"WHERE {pk} IN (SELECT id FROM doomed) RETURNING {pk})"
-    )
-    counted.insert(0, (model._meta.label, "gone"))
+    add("gone", _dependents(model))
     totals = ", ".join(f"(SELECT count(*) FROM {name})" for _, name in counted)
     with connection.cursor() as cursor:
         cursor.execute(f"WITH {', '.join(ctes)} SELECT {totals}", params)
@@ -148,7 +143,7 @@ def _delete_in_one_statement(queryset: QuerySet, order_by: str, batch_size: int)
 
 def _delete_by_ids(queryset: QuerySet, order_by: str, batch_size: int) -> Counter:
     counts = Counter()
-    ids = [row["pk"] for row in _chosen(queryset, order_by, batch_size)]
+    ids = list(queryset.order_by(order_by).values_list("pk", flat=True)[:batch_size])
     if not ids:
         return counts
 
