@@ -4,10 +4,10 @@
 (default 7d) and ``dead`` jobs older than ``CONVEYOR_PURGE_DEAD_RETENTION`` (default 30d) are
 deleted one status at a time, oldest ``finished_at`` first on the ``(status, finished_at)``
 index, 1,000 rows per statement with a short pause between statements, until a batch comes
-back short (``project.batch_delete``: one ``DELETE … WHERE id IN (SELECT … ORDER BY
-finished_at LIMIT 1000 FOR UPDATE SKIP LOCKED)`` per batch; a job being retried meanwhile is
-kept; rows pointing at a deleted job are handled in the same statement, as their foreign
-key's ``on_delete`` says, e.g. a webhook delivery's link to its job is set to NULL).
+back short (``project.batch_delete``: one ``DELETE … WHERE <filter> AND id IN (SELECT …
+ORDER BY finished_at LIMIT 1000)`` per batch; a job being retried meanwhile is kept;
+rows pointing at a deleted job are handled in the same statement, as their foreign key's
+``on_delete`` says, e.g. a webhook delivery's link to its job is set to NULL).
 django-celery-results rows past ``CELERY_RESULT_EXPIRES`` and API idempotency keys older than
 24 hours go too, the same way on their date indexes.
 

@@ -14,12 +14,12 @@ retrying, or it is stuck and an operator will replay it. Its event and attempts 
 How (``project.batch_delete``): one status at a time, oldest ``created_at`` first on the
 ``(status, created_at)`` index of deliveries (``updated_at`` is never before
 ``created_at``), 1,000 deliveries per statement with a short pause between statements, until
-a batch comes back short. Each batch is one statement that locks its deliveries
-(``FOR UPDATE SKIP LOCKED``) and deletes them with their attempts, so a replay (which locks
-the delivery too) either waits and then finds the delivery gone, or moved it to ``pending``
-first and the purge passes it by. Orphaned events go the same way on the ``created_at``
-index of events. Jobs are not touched: the job purge (``maintenance.purge_jobs``) removes
-finished jobs on its own retention.
+a batch comes back short. Each batch is one statement that deletes its deliveries with their
+attempts and checks the filter again on each delivery it reaches, so a replay (which locks
+the delivery) either comes second and finds the delivery gone, or moved it to ``pending``
+first and the purge, having waited for it, keeps it. Orphaned events go the same way on the
+``created_at`` index of events. Jobs are not touched: the job purge
+(``maintenance.purge_jobs``) removes finished jobs on its own retention.
 
 Runs every ``CONVEYOR_PURGE_INTERVAL`` (default 1h) as ``maintenance.purge_webhooks``.
 Logs one ``maintenance.webhook_purge`` line with the counts.
