@@ -19,7 +19,10 @@ MAX_ENVIRONMENTS = 200
 
 def environment_names(project: Project) -> list[str]:
     """Return the names of the project's environments (rules or deployments), sorted."""
-    ruled = Environment.objects.filter(project=project).values_list("name", flat=True)
+    # By name alone: Meta.ordering (project__slug, name) would join the project to sort.
+    ruled = (
+        Environment.objects.filter(project=project).order_by("name").values_list("name", flat=True)
+    )
     deployed = (
         Deployment.objects.filter(project=project)
         .order_by()

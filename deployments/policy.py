@@ -99,11 +99,11 @@ def _fail_orphans(pending: QuerySet) -> None:
 
     Otherwise such a deployment would block its environment forever under ``queue``.
     """
-    job_ids = dict(pending.filter(job_id__isnull=False).values_list("job_id", "pk"))
+    job_ids = dict(pending.filter(job_id__isnull=False).order_by().values_list("job_id", "pk"))
     if not job_ids:
         return
     live = Job.objects.filter(pk__in=list(job_ids)).exclude(status__in=JOB_FINISHED)
-    for job_id in set(job_ids) - set(live.values_list("pk", flat=True)):
+    for job_id in set(job_ids) - set(live.order_by().values_list("pk", flat=True)):
         lifecycle.fail_lost(
             job_ids[job_id], reason=FailureReason.JOB_LOST, error=f"job {job_id} ended first"
         )

@@ -124,12 +124,35 @@ class Job(models.Model):
                 condition=Q(status__in=JobStatus.values), name="job_status_valid"
             ),
         ]
+        # Each index costs every write of a row it holds: the partial ones hold only the
+        # runnable rows (written by enqueue and retry, left by the claim).
         indexes = [
+            # The reaper: running rows whose lease ran out.
             models.Index(fields=["status", "lease_expires_at"], name="job_reaper_idx"),
-            models.Index(fields=["status", "run_after"], name="job_sweeper_idx"),
+            # The sweeper's rows due for a re-send: one range per backoff step.
+            models.Index(
+                fields=["publish_count", "published_at"],
+                condition=Q(status__in=["queued", "retrying"]),
+                name="job_pending_publish_idx",
+            ),
+            # The sweeper's soon-due scheduled rows; the oldest due row.
+            models.Index(
+                fields=["run_after"],
+                condition=Q(status__in=["queued", "retrying"]),
+                name="job_pending_due_idx",
+            ),
+            # Per queue: the oldest queued row, the runnable rows.
+            models.Index(
+                fields=["queue", "run_after"],
+                condition=Q(status__in=["queued", "retrying"]),
+                name="job_pending_queue_idx",
+            ),
+            # The purge: one final status, oldest finished first.
             models.Index(fields=["status", "finished_at"], name="job_purge_idx"),
-            models.Index(fields=["queue", "status", "priority", "run_after"], name="job_queue_idx"),
-            models.Index(fields=["task", "status"], name="job_task_idx"),
+            # Lists filtered by status (and by queue or task), newest first; counts by them.
+            models.Index(fields=["status", "id"], name="job_status_idx"),
+            models.Index(fields=["queue", "status", "id"], name="job_queue_status_idx"),
+            models.Index(fields=["task", "status", "id"], name="job_task_status_idx"),
         ]
 
     def __str__(self) -> str:

@@ -57,7 +57,10 @@ class Endpoint(models.Model):
         ]
 
     def __str__(self) -> str:
-        return self.url
+        # Never the URL: it may carry a credential (Slack-style), and a name is shown wherever
+        # an endpoint is referred to (filters, deliveries, messages) to anyone who may view them.
+        label = f"Endpoint {self.pk}"
+        return f"{label} ({self.description})" if self.description else label
 
 
 class Event(models.Model):

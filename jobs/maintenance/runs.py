@@ -37,8 +37,8 @@ from django.db import connection
 from django.utils import timezone
 
 from jobs import conf
-from jobs.maintenance.purge import delete_in_batches
 from jobs.models import MaintenanceLock, MaintenanceRun
+from project.batch_delete import delete_in_batches
 
 logger = logging.getLogger("jobs.maintenance")
 
@@ -187,7 +187,8 @@ def _last_finished_at(runner: str) -> datetime | None:
 def _purge_records(runner: str, *, keep: int) -> None:
     cutoff = timezone.now() - conf.get().maintenance_retention
     delete_in_batches(
-        MaintenanceRun.objects.filter(runner=runner, finished_at__lt=cutoff).exclude(pk=keep)
+        MaintenanceRun.objects.filter(runner=runner, finished_at__lt=cutoff).exclude(pk=keep),
+        order_by="finished_at",
     )
 
 

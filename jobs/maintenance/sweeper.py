@@ -10,6 +10,12 @@ backlog is not multiplied, and not at all while the broker queue already holds e
 messages to carry every candidate for it (a message carries up to ``CONVEYOR_BATCH_SIZE``
 ids). Re-sent jobs share messages like any fan-out (jobs.publish).
 
+Both queries read only the columns publishing and logging need (``SWEPT_FIELDS``) from the
+partial indexes on the runnable rows (``status IN ('queued', 'retrying')``). The spacing is
+decided in SQL, one range of ``job_pending_publish_idx`` (``publish_count, published_at``)
+per backoff step, so a steady state (every unclaimed row re-sent recently enough) reads no
+rows at all, however deep the backlog; the soon-due rows come from ``job_pending_due_idx``.
+
 Runs every ``CONVEYOR_SWEEPER_INTERVAL`` (default 1m). Logs one ``maintenance.sweeper`` line.
 """
 
@@ -18,7 +24,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from datetime import timedelta
 
-from django.db.models import F
+from django.db.models import F, Q
 from django.utils import timezone
 from kombu.exceptions import ChannelError
 
@@ -31,6 +37,18 @@ logger = logging.getLogger("jobs.maintenance")
 BATCH_SIZE = 1000
 MAX_BACKOFF_DOUBLINGS = 5
 NOT_FOUND = "404"  # the AMQP reply code of a passive declare of a missing queue
+# What publish() (task, queue, run_after), log_job() (task, queue, attempts) and the spacing
+# (published_at, publish_count) read; a deferred field read later would cost a query per job.
+# priority: the candidates' order, which a UNION can only sort by a selected column.
+SWEPT_FIELDS = (
+    "task",
+    "queue",
+    "run_after",
+    "attempts",
+    "published_at",
+    "publish_count",
+    "priority",
+)
 
 
 @dataclass(frozen=True)
@@ -60,18 +78,24 @@ def _queue_depth(queue: str) -> int | None:
 
 
 def _candidates(now) -> list[Job]:
+    """Return the overdue unclaimed jobs last published longer ago than their spacing.
+
+    The spacing is ``grace × 2^publish_count`` (at most ``2^MAX_BACKOFF_DOUBLINGS``): one
+    UNION arm per step, each a range of the partial ``(publish_count, published_at)`` index.
+    """
     grace = conf.get().sweeper_grace
-    rows = list(
-        Job.objects.filter(status__in=PENDING, run_after__lte=now - grace).order_by(
-            "-priority", "run_after"
-        )[: BATCH_SIZE * 10]
-    )
-    spaced = []
-    for job in rows:
-        spacing = grace * 2 ** min(job.publish_count, MAX_BACKOFF_DOUBLINGS)
-        if job.published_at is None or job.published_at <= now - spacing:
-            spaced.append(job)
-    return spaced
+    overdue = Job.objects.filter(status__in=PENDING, run_after__lte=now - grace).order_by()
+    overdue = overdue.only(*SWEPT_FIELDS)
+    arms = [overdue.filter(published_at__isnull=True)]
+    for doublings in range(MAX_BACKOFF_DOUBLINGS + 1):
+        count = (
+            Q(publish_count=doublings)
+            if doublings < MAX_BACKOFF_DOUBLINGS
+            else Q(publish_count__gte=doublings)
+        )
+        arms.append(overdue.filter(count, published_at__lte=now - grace * 2**doublings))
+    candidates = arms[0].union(*arms[1:], all=True).order_by("-priority", "run_after")
+    return list(candidates[: BATCH_SIZE * 10])
 
 
 def sweep() -> SweepResult:
@@ -113,7 +137,9 @@ def _publish_coming_due(now) -> int:
             run_after__gt=now,
             run_after__lte=horizon,
             published_at__lt=F("run_after") - timedelta(seconds=SCHEDULE_HORIZON_SECONDS),
-        )[:BATCH_SIZE]
+        )
+        .order_by("run_after")
+        .only(*SWEPT_FIELDS)[:BATCH_SIZE]
     )
     if jobs:
         _mark_published(jobs, now)

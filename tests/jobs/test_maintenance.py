@@ -113,9 +113,9 @@ def test_purge_deletes_exactly_the_rows_past_their_retention(monkeypatch):
     batches = []
     real = purge_module.delete_in_batches
 
-    def counting(queryset, batch_size):
-        batches.append(batch_size)
-        return real(queryset, batch_size)
+    def counting(queryset, **options):
+        batches.append(options["batch_size"])
+        return real(queryset, **options)
 
     monkeypatch.setattr(purge_module, "delete_in_batches", counting)
     result = purge(batch_size=2)
@@ -129,7 +129,7 @@ def test_purge_deletes_exactly_the_rows_past_their_retention(monkeypatch):
     assert not Job.objects.filter(pk__in=[j.pk for j in doomed]).exists()
     assert list(TaskResult.objects.values_list("task_id", flat=True)) == ["young"]
     assert list(IdempotencyKey.objects.values_list("key", flat=True)) == ["young"]
-    assert batches == [2, 2, 2, 2]
+    assert batches == [2, 2, 2, 2, 2]  # succeeded, cancelled, dead, results, keys
 
 
 def test_the_sweeper_reads_an_empty_or_missing_queue_as_empty(transactional_db, purge_broker):
@@ -143,3 +143,66 @@ def test_the_sweeper_reads_an_empty_or_missing_queue_as_empty(transactional_db, 
     assert _queue_depth("conveyor-no-such-queue") == 0
     enqueue("tests.record", {})  # no worker is running: the message waits
     assert _queue_depth("default") == 1
+
+
+def test_the_sweeper_reads_only_the_columns_it_needs_and_still_publishes_each_job(
+    transactional_db, purge_broker
+):
+    """No payload, history or result leaves the database, and no deferred field is fetched."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from jobs.maintenance.sweeper import sweep
+    from project.celery import app
+
+    long_ago = timezone.now() - timedelta(minutes=10)
+    soon = timezone.now() + timedelta(minutes=5)
+    overdue = [
+        make(S.QUEUED, run_after=long_ago, payload={"big": "x" * 1000}),
+        make(S.RETRYING, run_after=long_ago, attempts=2, attempts_history=[{"attempt": 1}]),
+    ]
+    # Beyond the horizon when published, now within it: published with its countdown.
+    coming = make(S.QUEUED, run_after=soon, published_at=soon - timedelta(hours=1))
+    purge_broker()
+
+    with CaptureQueriesContext(connection) as queries:
+        result = sweep()
+
+    assert (result.republished, result.scheduled) == (2, 1)
+    reads = [
+        q["sql"] for q in queries.captured_queries if q["sql"].lstrip("(").startswith("SELECT")
+    ]
+    assert len(reads) == 2, reads  # the overdue and the coming-due rows; no per-job fetch
+    for sql in reads:
+        for column in ("payload", "attempts_history", "result", "last_error"):
+            assert f'"jobs_job"."{column}"' not in sql, sql
+    with app.connection_for_write() as conn:
+        channel = conn.default_channel
+        assert channel.queue_declare(queue="default", passive=True).message_count == 3
+    published = Job.objects.filter(pk__in=[j.pk for j in [*overdue, coming]])
+    assert all(job.published_at is not None for job in published)
+    assert [j.publish_count for j in published.order_by("pk")] == [1, 1, 1]
+
+
+@pytest.mark.django_db
+def test_the_sweeper_spaces_re_sends_exponentially_on_both_sides_of_each_step():
+    from jobs import conf
+    from jobs.maintenance.sweeper import MAX_BACKOFF_DOUBLINGS, _candidates
+
+    now = timezone.now()
+    grace = conf.get().sweeper_grace
+    overdue = now - grace - timedelta(minutes=1)
+    due, early = [make(S.QUEUED, run_after=overdue, published_at=None)], []
+    for count in range(MAX_BACKOFF_DOUBLINGS + 2):  # the last step repeats past the cap
+        spacing = grace * 2 ** min(count, MAX_BACKOFF_DOUBLINGS)
+        for published, side in ((now - spacing - SECOND, due), (now - spacing + SECOND, early)):
+            status = S.RETRYING if count % 2 else S.QUEUED
+            side.append(
+                make(status, run_after=overdue, published_at=published, publish_count=count)
+            )
+    make(S.QUEUED, run_after=now, published_at=None)  # not overdue yet
+
+    assert sorted(job.pk for job in _candidates(now)) == sorted(job.pk for job in due)
+
+
+SECOND = timedelta(seconds=1)

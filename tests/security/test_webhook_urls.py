@@ -90,3 +90,13 @@ def test_the_console_shows_the_url_only_to_users_who_may_view_endpoints(
     response = operator.get(page)
     assert response.status_code == 200
     assert URL in response.content.decode()
+
+
+def test_the_delivery_list_names_endpoints_without_their_url(delivered, django_user_model):
+    _, _, endpoint = delivered
+    viewer = _staff(django_user_model, "viewer", "view_delivery")
+    response = viewer.get("/admin/webhooks/delivery/")
+    assert response.status_code == 200
+    body = response.content.decode()
+    assert f"Endpoint {endpoint.pk} (chat channel)" in body  # the endpoint filter's choice
+    assert SECRET_PATH not in body

@@ -11,33 +11,33 @@ What goes, with ``cutoff = now - CONVEYOR_WEBHOOK_RETENTION`` (default 30d):
 A ``pending`` delivery is never deleted, however old: its job is still queued, running or
 retrying, or it is stuck and an operator will replay it. Its event and attempts stay too.
 
-How: at most 1,000 rows per DELETE, until a batch comes back short. Each batch of
-deliveries is one transaction that locks its rows first (``FOR UPDATE SKIP LOCKED``), so a
-replay (which locks the delivery too) either waits and then finds the delivery gone, or
-moved it to ``pending`` first and the purge passes it by. The batch's attempts go first,
-at most 1,000 per statement, then the deliveries. The filters run on the
+How (``project.batch_delete``): one status at a time, oldest ``created_at`` first on the
 ``(status, created_at)`` index of deliveries (``updated_at`` is never before
-``created_at``) and on the ``created_at`` index of events. Jobs are not touched: the job
-purge (``maintenance.purge_jobs``) removes finished jobs on its own retention.
+``created_at``), 1,000 deliveries per statement with a short pause between statements, until
+a batch comes back short. Each batch is one statement that deletes its deliveries with their
+attempts and checks the filter again on each delivery it reaches, so a replay (which locks
+the delivery) either comes second and finds the delivery gone, or moved it to ``pending``
+first and the purge, having waited for it, keeps it. Orphaned events go the same way on the
+``created_at`` index of events. Jobs are not touched: the job purge
+(``maintenance.purge_jobs``) removes finished jobs on its own retention.
 
 Runs every ``CONVEYOR_PURGE_INTERVAL`` (default 1h) as ``maintenance.purge_webhooks``.
 Logs one ``maintenance.webhook_purge`` line with the counts.
 """
 
 import logging
+from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db import transaction
 from django.db.models import Exists, OuterRef, QuerySet
 from django.utils import timezone
 
-from jobs.maintenance.purge import delete_in_batches
+from project.batch_delete import BATCH_SIZE, delete_in_batches
 from webhooks import conf
 from webhooks.models import Delivery, DeliveryAttempt, DeliveryStatus, Event
 
 logger = logging.getLogger("webhooks.maintenance")
-BATCH_SIZE = 1000
 # Final until an operator replays them; PENDING is deliberately absent.
 FINISHED = (DeliveryStatus.DELIVERED, DeliveryStatus.DEAD, DeliveryStatus.SKIPPED)
 
@@ -68,26 +68,20 @@ def orphaned_events(cutoff: datetime) -> QuerySet[Event]:
 def purge_webhooks(now: datetime | None = None, batch_size: int = BATCH_SIZE) -> WebhookPurgeResult:
     """Delete finished deliveries, their attempts and orphaned events past retention."""
     cutoff = (now or timezone.now()) - conf.get().retention
-    deliveries = attempts = 0
-    while True:
-        with transaction.atomic():
-            ids = list(
-                finished_deliveries(cutoff)
-                .select_for_update(skip_locked=True)
-                .values_list("pk", flat=True)[:batch_size]
-            )
-            attempts += delete_in_batches(
-                DeliveryAttempt.objects.filter(delivery_id__in=ids), batch_size
-            )
-            deliveries += _delete(finished_deliveries(cutoff).filter(pk__in=ids))
-        if len(ids) < batch_size:
-            break
-    events = delete_in_batches(orphaned_events(cutoff), batch_size)
+    cascaded = Counter()
+    deliveries = sum(
+        delete_in_batches(
+            finished_deliveries(cutoff).filter(status=status),
+            order_by="created_at",
+            batch_size=batch_size,
+            cascaded=cascaded,
+        )
+        for status in FINISHED
+    )
+    events = delete_in_batches(
+        orphaned_events(cutoff), order_by="created_at", batch_size=batch_size
+    )
+    attempts = cascaded[DeliveryAttempt._meta.label]
     result = WebhookPurgeResult(deliveries=deliveries, attempts=attempts, events=events)
     logger.info("maintenance.webhook_purge", extra=vars(result))
     return result
-
-
-def _delete(queryset: QuerySet) -> int:
-    """Delete ``queryset``; return how many rows of its own model went (not cascades)."""
-    return queryset.delete()[1].get(queryset.model._meta.label, 0)

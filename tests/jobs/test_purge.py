@@ -1,0 +1,156 @@
+"""The job purge: one statement per batch, dependents in SQL, in-flight retries kept."""
+
+import threading
+from datetime import timedelta
+
+import psycopg
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from jobs import conf
+from jobs.maintenance.purge import purge
+from jobs.models import Job, JobStatus
+from project import batch_delete
+from webhooks import services as webhook_services
+from webhooks.models import Delivery, DeliveryStatus, Event
+
+S = JobStatus
+NOW = timezone.now()
+SECOND = timedelta(seconds=1)
+
+
+@pytest.fixture(params=["postgresql", "sqlite"])
+def vendor(request, monkeypatch):
+    """Run the test on PostgreSQL's one-statement path and on the embedded fallback."""
+    if request.param != "postgresql":
+        monkeypatch.setattr(connection, "vendor", "sqlite")
+    return request.param
+
+
+@pytest.fixture
+def cutoffs() -> dict[str, timezone.datetime]:
+    options = conf.get()
+    completed, dead = NOW - options.completed_retention, NOW - options.dead_retention
+    return {S.SUCCEEDED: completed, S.CANCELLED: completed, S.DEAD: dead}
+
+
+def make(status: str, finished_at=None, **fields) -> Job:
+    return Job.objects.create(
+        task="tests.record",
+        status=status,
+        run_after=NOW,
+        created_at=NOW - timedelta(days=60),
+        updated_at=NOW,
+        finished_at=finished_at,
+        **fields,
+    )
+
+
+@pytest.mark.django_db
+def test_each_final_status_goes_exactly_past_its_own_cutoff(vendor, cutoffs):
+    doomed, kept = [], []
+    for status, cutoff in cutoffs.items():
+        doomed += [make(status, cutoff - timedelta(minutes=1)), make(status, cutoff - SECOND)]
+        kept += [make(status, cutoff + timedelta(minutes=1)), make(status, NOW)]
+    # Live rows never go, however old.
+    kept += [make(live) for live in (S.QUEUED, S.RUNNING, S.RETRYING)]
+    kept.append(make(S.DEAD, cutoffs[S.SUCCEEDED] - timedelta(days=1)))  # dead keeps longer
+
+    result = purge(batch_size=3)
+
+    assert (result.completed, result.dead) == (4, 2)
+    assert set(Job.objects.values_list("pk", flat=True)) == {job.pk for job in kept}
+
+
+@pytest.mark.django_db
+def test_a_webhook_delivery_keeps_its_row_and_loses_its_link_to_a_purged_job(vendor, cutoffs):
+    event = Event.objects.create(type="job.dead", body="{}", created_at=NOW)
+    expired = make(S.SUCCEEDED, cutoffs[S.SUCCEEDED] - SECOND)
+    young = make(S.SUCCEEDED, NOW)
+    linked = {
+        job: Delivery.objects.create(
+            event=event,
+            endpoint=webhook_services.endpoint_create(url=url, topics=["job.dead"]),
+            status=DeliveryStatus.DELIVERED,
+            job=job,
+            created_at=NOW,
+            updated_at=NOW,
+        )
+        for job, url in ((expired, "https://93.184.215.14/a"), (young, "https://93.184.215.14/b"))
+    }
+
+    assert purge().completed == 1
+
+    linked[expired].refresh_from_db()
+    linked[young].refresh_from_db()
+    assert linked[expired].job_id is None
+    assert linked[young].job_id == young.pk
+    assert not Job.objects.filter(pk=expired.pk).exists()
+
+
+@pytest.mark.django_db
+def test_each_batch_is_one_delete_statement_on_its_index_and_a_short_batch_stops(cutoffs):
+    for _ in range(5):
+        make(S.SUCCEEDED, cutoffs[S.SUCCEEDED] - timedelta(hours=1))
+    for _ in range(4):
+        make(S.DEAD, cutoffs[S.DEAD] - timedelta(hours=1))
+
+    with CaptureQueriesContext(connection) as queries:
+        result = purge(batch_size=2)
+
+    assert (result.completed, result.dead) == (5, 4)
+    on_jobs = [q["sql"] for q in queries.captured_queries if '"jobs_job"' in q["sql"]]
+    # succeeded 2+2+1 (short: stop), cancelled 0, dead 2+2+0: seven statements, no others.
+    assert len(on_jobs) == 7, on_jobs
+    for sql in on_jobs:
+        assert sql.startswith('WITH gone(id) AS (DELETE FROM "jobs_job" WHERE'), sql
+        assert 'ORDER BY U0."finished_at" ASC LIMIT 2)' in sql, sql
+        assert '"jobs_job"."payload"' not in sql and '"jobs_job"."task"' not in sql
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_job_retried_while_the_purge_runs_is_kept(cutoffs):
+    """An operator's retry holds the row when the purge reaches it: the purge passes it by."""
+    retried = make(S.DEAD, cutoffs[S.DEAD] - timedelta(hours=1))
+    other = make(S.DEAD, cutoffs[S.DEAD] - timedelta(hours=2))
+    settings = connection.settings_dict
+    operator = psycopg.connect(
+        dbname=settings["NAME"],
+        user=settings["USER"],
+        password=settings["PASSWORD"] or None,
+        host=settings["HOST"],
+        port=settings["PORT"] or None,
+    )
+    try:
+        operator.execute(
+            "UPDATE jobs_job SET status = 'queued', finished_at = NULL WHERE id = %s",
+            [retried.pk],
+        )
+        # The retry commits a moment later, while the purge may be waiting for the row.
+        commit = threading.Timer(1.0, operator.commit)
+        commit.start()
+        result = purge(batch_size=10)
+        commit.join()
+    finally:
+        operator.close()
+
+    assert result.dead == 1
+    assert list(Job.objects.values_list("pk", "status")) == [(retried.pk, S.QUEUED)]
+    assert not Job.objects.filter(pk=other.pk).exists()
+
+
+@pytest.mark.django_db
+def test_the_pause_between_batches_is_taken_only_between_full_batches(cutoffs, monkeypatch):
+    pauses = []
+    monkeypatch.setattr(batch_delete.time, "sleep", pauses.append)
+    for _ in range(4):
+        make(S.SUCCEEDED, cutoffs[S.SUCCEEDED] - timedelta(hours=1))
+
+    deleted = batch_delete.delete_in_batches(
+        Job.objects.filter(status=S.SUCCEEDED), order_by="finished_at", batch_size=2
+    )
+
+    assert deleted == 4
+    assert pauses == [batch_delete.PAUSE_BETWEEN_BATCHES] * 2  # after 2 and 2, not after 0
