@@ -17,7 +17,9 @@ every pass would happen twice.
 * **Recorded.** A completed run writes one ``MaintenanceRun`` row (runner, started, duration,
   the counts the service returned, its error) and logs one ``maintenance.run`` line with the
   same fields; a skipped run logs one ``maintenance.skipped`` line with its ``reason``. Rows
-  older than ``CONVEYOR_MAINTENANCE_RETENTION`` (7d) go, except each runner's latest.
+  older than ``CONVEYOR_MAINTENANCE_RETENTION`` (7d) go, except each runner's latest; a
+  runner keeps at most ``MAX_RECORDS_PER_RUNNER`` rows, so one that runs every few seconds
+  (``account_jobs``) keeps about a day of them rather than a week.
 * **Contained.** A service that raises is recorded with its error and logged with its
   traceback; ``run()`` returns normally, so no other runner and no later tick is affected.
 """
@@ -48,6 +50,9 @@ ADVISORY_NAMESPACE = 0x434F4E56  # "CONV"
 # this long (or one interval, if longer).
 LOCK_TTL_MIN = timedelta(minutes=5)
 TASK_PREFIX = "maintenance."
+# Over two weeks of a once-a-minute runner (so the retention decides for those), about a day of
+# the five-second accounting runner's.
+MAX_RECORDS_PER_RUNNER = 20_000
 
 
 class SkipReason:
@@ -185,10 +190,19 @@ def _last_finished_at(runner: str) -> datetime | None:
 
 
 def _purge_records(runner: str, *, keep: int) -> None:
+    """Delete ``runner``'s records past the retention, or past the newest ``MAX_RECORDS``."""
     cutoff = timezone.now() - conf.get().maintenance_retention
+    records = MaintenanceRun.objects.filter(runner=runner)
+    # One step along the (runner, finished_at) index: the oldest record the cap still keeps.
+    oldest_kept = list(
+        records.order_by("-finished_at").values_list("finished_at", flat=True)[
+            MAX_RECORDS_PER_RUNNER - 1 : MAX_RECORDS_PER_RUNNER
+        ]
+    )
+    if oldest_kept:
+        cutoff = max(cutoff, oldest_kept[0])
     delete_in_batches(
-        MaintenanceRun.objects.filter(runner=runner, finished_at__lt=cutoff).exclude(pk=keep),
-        order_by="finished_at",
+        records.filter(finished_at__lt=cutoff).exclude(pk=keep), order_by="finished_at"
     )
 
 

@@ -191,6 +191,30 @@ def test_records_past_the_retention_go_but_each_runners_latest_stays(settings):
 
 
 @pytest.mark.django_db
+def test_a_frequent_runner_keeps_at_most_its_cap_of_records_within_the_retention(monkeypatch):
+    monkeypatch.setattr(runs, "MAX_RECORDS_PER_RUNNER", 3)
+    now = timezone.now()
+    for minutes in (50, 40, 30, 20):  # all within the 7-day retention
+        when = now - timedelta(minutes=minutes)
+        MaintenanceRun.objects.create(
+            runner="account_jobs", started_at=when, finished_at=when, duration_ms=1
+        )
+    other = now - timedelta(minutes=50)
+    MaintenanceRun.objects.create(
+        runner="reap_jobs", started_at=other, finished_at=other, duration_ms=1
+    )
+    runs.run("account_jobs", Counts, force=True)
+    ages = sorted(
+        round((now - at).total_seconds() / 60)
+        for at in MaintenanceRun.objects.filter(runner="account_jobs").values_list(
+            "finished_at", flat=True
+        )
+    )
+    assert ages == [0, 20, 30]  # the new run and the two newest before it
+    assert MaintenanceRun.objects.filter(runner="reap_jobs").count() == 1  # not its runner
+
+
+@pytest.mark.django_db
 def test_every_maintenance_task_goes_through_runs(settings):
     from django.conf import settings as live
 
