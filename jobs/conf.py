@@ -33,6 +33,10 @@ class JobSettings:
     shutdown_grace: timedelta
 
 
+# Further in the future than this, a job is not published at enqueue: a countdown is held
+# unacknowledged in a worker's memory, so the sweeper publishes it when it comes due.
+SCHEDULE_HORIZON_SECONDS = 1800
+
 # Shorter would purge a daily runner's history before an operator could look at it.
 MIN_MAINTENANCE_RETENTION = timedelta(days=1)
 
@@ -70,8 +74,6 @@ def validate() -> None:
     )
     # A retry's countdown is held unacknowledged by a worker: the broker must not redeliver
     # it meanwhile, and the sweeper must not publish it a second time as "coming due".
-    from jobs.publish import SCHEDULE_HORIZON_SECONDS
-
     visibility = settings.CELERY_BROKER_TRANSPORT_OPTIONS.get("visibility_timeout")
     if visibility is not None and visibility < 4 * conf.retry_backoff_max:
         raise ImproperlyConfigured(

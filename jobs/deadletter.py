@@ -1,13 +1,13 @@
 """Runs lost with their worker process: Celery's ``task_failure`` signal, for JobTask tasks.
 
-A job body's own exceptions never reach Celery (JobTask hands them to jobs.outcome). What
-does is a pool child that died under a message (``kill -9``, the OOM killer) or went past
-its hard time limit: Celery reports ``WorkerLostError`` / ``TimeLimitExceeded`` from the
-worker's parent process, and has already acknowledged the message, so the broker will never
-deliver it again. Here every job of that message is recovered at once: the one the child was
-running goes through jobs.outcome (retrying, or dead once its attempts are spent; the attempt
-was counted at claim), and the ones of a batch it had not reached yet are published again.
-The same happens for an error raised outside a body in the process itself (a claim or a
+A job body's own exceptions never reach Celery (JobTask hands them to jobs.outcome). What does
+is a pool child that died under a message (``kill -9``, the OOM killer) or went past its hard
+time limit: Celery reports ``WorkerLostError`` / ``TimeLimitExceeded`` from the worker's parent
+process, and has already acknowledged the message, so the broker will never deliver it again.
+Here every job of that message is recovered at once: the one the child was running is decided
+by jobs.outcome and written by jobs.completer (retrying, or dead once its attempts are spent;
+the attempt was counted at claim), and the ones of a batch it had not reached yet are published
+again. The same happens for an error raised outside a body in the process itself (a claim or a
 completion whose statement failed): the run it held ends with that error.
 """
 
@@ -19,7 +19,7 @@ from django.db import close_old_connections
 from django.db.models import Q
 from django.utils import timezone
 
-from jobs import outcome
+from jobs import completer, outcome
 from jobs.models import PENDING, Job, JobStatus
 from jobs.publish import publish
 from jobs.task import JobTask, worker_id
@@ -66,7 +66,7 @@ def recover_message(task: JobTask, job_ids: list[int], event, held_here: Q) -> N
     """End the run this worker held among ``job_ids``; publish the unclaimed ones again."""
     running = Job.objects.filter(held_here, pk__in=job_ids, status=JobStatus.RUNNING)
     for job in running:
-        outcome.apply(outcome.decide(event, job, task), job, where=Q(status=JobStatus.RUNNING))
+        completer.finish(outcome.decide(event, job, task), job)
     due = Q(pk__in=job_ids, status__in=PENDING, run_after__lte=timezone.now())
     waiting = list(Job.objects.filter(due))
     if waiting:

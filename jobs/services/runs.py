@@ -1,13 +1,13 @@
 """A run's life on a worker: claim, heartbeat, snooze, wake.
 
-How a run ends (succeeded, retrying, cancelled, dead) is decided and applied by
-jobs.outcome; the worker's fixed statements live in jobs.statements.
+How a run ends (succeeded, retrying, cancelled, dead) is decided by jobs.outcome and written
+by jobs.completer; the worker's fixed statements live in jobs.statements.
 """
 
 from django.db.models import Q
 from django.utils import timezone
 
-from jobs import conf, outcome, statements
+from jobs import completer, conf, outcome, statements
 from jobs.models import Job
 from jobs.publish import publish_on_commit
 from jobs.services.base import S, log_job, this_run
@@ -43,7 +43,7 @@ def job_snooze(job: Job, *, seconds: float, reason: str = "") -> Job | None:
     from jobs.errors import Snooze
 
     decision = outcome.decide(outcome.Event.raised(Snooze(seconds, reason)), job)
-    return outcome.apply(decision, job)
+    return completer.finish(decision, job)
 
 
 def job_wake(job_id: int) -> Job | None:
