@@ -23,6 +23,7 @@ from jobs import attempts, conf, statements
 from jobs.models import Job, JobReason, JobStatus
 from jobs.outcome import Decision
 from jobs.publish import publish_on_commit
+from jobs.queues import ring
 from jobs.services.base import MAX_ERROR_LENGTH, log_job
 
 R = JobReason
@@ -65,14 +66,16 @@ def finish(
     end = ending(decision, lease_expired_before=lease_expired_before)
     if decision.status == S.SUCCEEDED:  # the hot path: one statement, nothing to announce
         done = statements.end(job, end)
-        if done is not None:
-            return done
-        return _cancelled_meanwhile(decision, job, lease_expired_before)
+        if done is None:
+            return _cancelled_meanwhile(decision, job, lease_expired_before)
+        _ring_if_limited(done)
+        return done
     with transaction.atomic():
         done = statements.end(job, end)
         if done is None:
             return _cancelled_meanwhile(decision, job, lease_expired_before)
         _announce(done, decision, actor=actor)
+        _ring_if_limited(done)
     return done
 
 
@@ -127,7 +130,18 @@ def _cancelled_meanwhile(
             log_job("job.outcome_lost", job, status=decision.status, reason=decision.reason)
             return None
         _announce(done, cancelled)
+        _ring_if_limited(done)
     return done
+
+
+def _ring_if_limited(job: Job) -> None:
+    """A run of a limited queue ended: a slot is free, so ring for its best due job now.
+
+    Its held-back jobs' own doorbells were dropped while the queue was full; without this
+    they would wait for the sweeper.
+    """
+    if job.queue in conf.get().queue_concurrency:
+        transaction.on_commit(lambda: ring(job.queue, limit=1), robust=True)
 
 
 def _announce(job: Job, decision: Decision, *, actor: str = "system") -> None:

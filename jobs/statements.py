@@ -1,5 +1,9 @@
 """The worker's hot path as fixed SQL: claim, end a run, both in one, and lease renewal.
 
+A message is a doorbell: its claim takes the best runnable job of the named job's queue and
+of the message's task (``_PICK``), which may be another job than the one named, and none
+while the queue is paused (jobs.queues).
+
 Each statement is written once per database vendor and only its parameters change per job:
 no ORM compilation and no queryset per run. They keep the rules of jobs.transitions (a
 claim is ``queued|retrying → running`` and counts the attempt; an end is ``running → …``
@@ -15,12 +19,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import cache
 
-from django.db import connection
+from django.db import connection, transaction
 from django.utils import timezone
 
 from jobs import conf
 from jobs.attempts import append_sql
-from jobs.models import Job, JobStatus
+from jobs.models import Job, JobStatus, QueueState
 
 S = JobStatus
 TABLE = Job._meta.db_table
@@ -30,12 +34,77 @@ NAMES = [field.attname for field in FIELDS]
 # Tolerance for a retry message that reaches a worker a moment before its run_after.
 CLAIM_CLOCK_SKEW = timedelta(seconds=1)
 
-_CLAIM = f"""
-UPDATE {TABLE} SET status = '{S.RUNNING}', attempts = attempts + 1, lease_expires_at = %s,
-    locked_by = %s, publish_count = 0, updated_at = %s, started_at = %s
-WHERE id = %s AND task = %s AND status IN ('{S.QUEUED}', '{S.RETRYING}') AND run_after <= %s
+# The claim: the best runnable job(s) of the queue of the job a message names, of the
+# message's task: highest priority first, then due time, then id; rows another claim holds
+# are skipped. The queue comes from the named job, so a message needs no queue of its own.
+# The queue's state row is read under FOR KEY SHARE: a pause takes FOR UPDATE on it, so it
+# waits for the claims under way to commit, and a claim that comes after it waits for the
+# pause and then reads the row as the pause left it (READ COMMITTED re-reads a locked row).
+# A queue with a concurrency limit is never claimed this way but by ``claim_limited``.
+STATE_TABLE = QueueState._meta.db_table
+_TARGET = {
+    "postgresql": {
+        "named": f"target AS MATERIALIZED (SELECT queue FROM {TABLE} WHERE id = %s)",
+        "given": "target AS MATERIALIZED (SELECT %s::varchar AS queue)",
+    },
+    "sqlite": {
+        "named": f"target AS (SELECT queue FROM {TABLE} WHERE id = %s)",
+        "given": "target AS (SELECT %s AS queue)",
+    },
+}
+_STATE = {
+    "postgresql": (
+        f"state AS MATERIALIZED (SELECT paused_at FROM {STATE_TABLE} "
+        "WHERE name = (SELECT queue FROM target) {lock})"
+    ),
+    "sqlite": (
+        f"state AS (SELECT paused_at FROM {STATE_TABLE} WHERE name = (SELECT queue FROM target))"
+    ),
+}
+_NOT_LIMITED = {
+    "postgresql": "AND (SELECT queue FROM target) <> ALL(%s::varchar[])",
+    "sqlite": "AND (SELECT queue FROM target) NOT IN (SELECT value FROM json_each(%s))",
+}
+_RUNNING = (
+    f"(SELECT count(*) FROM {TABLE} "
+    f"WHERE queue = (SELECT queue FROM target) AND status = '{S.RUNNING}')"
+)
+_LIMIT = {"free": "%s", "limited": f"MAX(0, MIN(%s, %s - {_RUNNING}))"}
+_PG_LIMIT = {"free": "%s", "limited": f"GREATEST(0, LEAST(%s, %s - {_RUNNING}))"}
+_PICK = f"""
+SELECT id FROM {TABLE}
+WHERE queue = (SELECT queue FROM target) AND task = %s
+    AND status IN ('{S.QUEUED}', '{S.RETRYING}') AND run_after <= %s
     AND cancel_requested_at IS NULL
-RETURNING {COLUMNS}"""
+    AND NOT EXISTS (SELECT 1 FROM state WHERE paused_at IS NOT NULL) {{exclude}}
+ORDER BY priority DESC, run_after, id
+LIMIT {{limit}}"""
+_SET_RUNNING = f"""
+UPDATE {TABLE} SET status = '{S.RUNNING}', attempts = attempts + 1, lease_expires_at = %s,
+    locked_by = %s, publish_count = 0, updated_at = %s, started_at = %s"""
+
+
+@cache
+def _claim_parts(vendor: str, limited: bool) -> tuple[str, str]:
+    """Return the claim's CTEs and its UPDATE, for a free queue or a limited one."""
+    postgres = vendor == "postgresql"
+    target = _TARGET[vendor]["given" if limited else "named"]
+    # A limited claim already holds the row FOR UPDATE (``claim_limited``).
+    state = _STATE[vendor].replace("{lock}", "" if limited else "FOR KEY SHARE")
+    limit = (_PG_LIMIT if postgres else _LIMIT)["limited" if limited else "free"]
+    pick = _PICK.format(exclude="" if limited else _NOT_LIMITED[vendor], limit=limit).strip()
+    if postgres:
+        where = f"WHERE id = ANY(ARRAY({pick} FOR UPDATE SKIP LOCKED))"
+    else:
+        where = f"WHERE id IN ({pick})"
+    return f"{target}, {state}", f"{_SET_RUNNING.strip()} {where} RETURNING {COLUMNS}"
+
+
+@cache
+def _claim_sql(vendor: str, limited: bool = False) -> str:
+    ctes, update = _claim_parts(vendor, limited)
+    return f"WITH {ctes} {update}"
+
 
 # Every way a run ends, as one fenced UPDATE; a NULL parameter leaves its column as it was.
 # A cancel ends only a run whose cancel was asked for; any other ending is refused by one.
@@ -86,7 +155,7 @@ def _end_sql(vendor: str) -> str:
 def _end_and_claim_sql(vendor: str) -> str:
     return (
         f"WITH done AS ({_end_sql(vendor).strip()} RETURNING id), "
-        f"claimed AS ({_CLAIM.strip()}) "
+        f"{_claim_parts(vendor, False)[0]}, claimed AS ({_claim_parts(vendor, False)[1]}) "
         "SELECT (SELECT count(*) FROM done), claimed.* FROM (SELECT 1) AS one "
         "LEFT JOIN claimed ON true"
     )
@@ -112,10 +181,16 @@ def _job(row) -> Job:
     return Job.from_db("default", NAMES, values)
 
 
-def _claim_params(job_id: int, task: str, worker: str, now) -> list:
+def _limited_names() -> object:
+    names = sorted(conf.get().queue_concurrency)
+    return names if connection.vendor == "postgresql" else json.dumps(names)
+
+
+def _claim_params(job_id: int, task: str, worker: str, now, count: int = 1) -> list:
     when = connection.ops.adapt_datetimefield_value
     lease = now + conf.get().lease_timeout
-    return [when(lease), worker, when(now), when(now), job_id, task, when(now + CLAIM_CLOCK_SKEW)]
+    due = when(now + CLAIM_CLOCK_SKEW)
+    return [job_id, when(lease), worker, when(now), when(now), task, due, _limited_names(), count]
 
 
 def _end_params(job: Job, ending: Ending, now) -> list:
@@ -148,11 +223,48 @@ def _end_params(job: Job, ending: Ending, now) -> list:
 
 
 def claim(job_id: int, *, task: str, worker: str) -> Job | None:
-    """Claim a due job of ``task`` for ``worker``; None if it is not claimable."""
+    """Claim the best runnable job of ``task`` in ``job_id``'s queue; None if there is none."""
     with connection.cursor() as cursor:
-        cursor.execute(_CLAIM, _claim_params(job_id, task, worker, timezone.now()))
+        params = _claim_params(job_id, task, worker, timezone.now())
+        cursor.execute(_claim_sql(connection.vendor), params)
         row = cursor.fetchone()
     return _job(row) if row else None
+
+
+def claim_limited(queue: str, limit: int, *, task: str, worker: str) -> Job | None:
+    """Claim the best runnable job of ``task`` in ``queue`` if fewer than ``limit`` run there.
+
+    Exact across every worker: the queue's state row is locked first (FOR UPDATE, so claims
+    of the queue take turns), then the claim counts the running rows in a statement of its
+    own, which sees every claim committed before the lock was granted.
+    """
+    now = timezone.now()
+    when = connection.ops.adapt_datetimefield_value
+    lease = now + conf.get().lease_timeout
+    params = [queue, when(lease), worker, when(now), when(now), task]
+    params += [when(now + CLAIM_CLOCK_SKEW), 1, limit]
+    with transaction.atomic(), connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            lock = f"SELECT 1 FROM {STATE_TABLE} WHERE name = %s FOR UPDATE"
+            cursor.execute(lock, [queue])
+            if cursor.fetchone() is None:  # no row yet: make it, then take its lock
+                cursor.execute(
+                    f"INSERT INTO {STATE_TABLE} (name, paused_by, updated_at) "
+                    "VALUES (%s, '', %s) ON CONFLICT (name) DO NOTHING",
+                    [queue, when(now)],
+                )
+                cursor.execute(lock, [queue])
+        cursor.execute(_claim_sql(connection.vendor, True), params)
+        row = cursor.fetchone()
+    return _job(row) if row else None
+
+
+def queue_of(job_id: int) -> str | None:
+    """Return the queue of job ``job_id`` (None if it is gone)."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT queue FROM {TABLE} WHERE id = %s", [job_id])
+        row = cursor.fetchone()
+    return row[0] if row else None
 
 
 def end(job: Job, ending: Ending) -> Job | None:

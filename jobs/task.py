@@ -25,13 +25,14 @@ import logging
 import os
 import re
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 from celery import Task
 from django.conf import settings
 from django.db import DatabaseError, InterfaceError, OperationalError, connection, transaction
 from django.utils import timezone
 
-from jobs import completer, outcome, services, shutdown, statements
+from jobs import completer, conf, outcome, services, shutdown, statements
 from jobs.errors import Permanent, RetryAfter, Snooze
 from jobs.lease import keeper
 from jobs.models import PENDING, Job
@@ -99,7 +100,8 @@ class JobTask(Task):
     def __call__(self, job_ids, *args, **kwargs):
         worker = worker_id(self)
         if not isinstance(job_ids, list):
-            job = _claim(_job_id(job_ids), task=self.name, worker=worker)
+            job_id = _job_id(job_ids)
+            job = _claim(job_id, task=self.name, worker=worker, limit=_limit_for(job_id))
             if job is None:
                 return _dropped(self, job_ids)
             done = self._run_job(job)
@@ -112,8 +114,12 @@ class JobTask(Task):
             if shutdown.requested():  # leave the rest to other workers, at once
                 _republish(ids[position:])
                 break
+            limit = _limit_for(job_id)
             if done is None:
-                job = _claim(job_id, task=self.name, worker=worker)
+                job = _claim(job_id, task=self.name, worker=worker, limit=limit)
+            elif limit is not None:  # a limited queue's claim is a transaction of its own
+                self._finish(*done)
+                job = _claim(job_id, task=self.name, worker=worker, limit=limit)
             else:
                 ended, job = completer.succeed_and_claim(
                     *done, job_id, task=self.name, worker=worker
@@ -195,6 +201,41 @@ class JobTask(Task):
             completer.log_success(job)
         self.run_ended(job)
 
+    def apply_async(
+        self,
+        args=None,
+        kwargs=None,
+        *,
+        priority: int | None = None,
+        countdown: float | None = None,
+        eta=None,
+        queue: str | None = None,
+        **options,
+    ) -> Job:
+        """Enqueue a job of this task (Celery's call style): ``kwargs`` is its payload.
+
+        ``priority`` is the job's priority (−100…100, higher runs first), ``countdown`` or
+        ``eta`` its due time, ``queue`` its queue. Returns the Job, written in the caller's
+        transaction and published once that commits. Positional arguments are refused: a
+        job's payload is one dict.
+        """
+        if args:
+            raise ValueError(f"{self.name}: a job takes its payload as keyword arguments")
+        run_after = eta
+        if countdown is not None:
+            run_after = timezone.now() + timedelta(seconds=float(countdown))
+        return services.enqueue(
+            self,
+            dict(kwargs or {}),
+            queue=queue,
+            priority=0 if priority is None else priority,
+            run_after=run_after,
+        )
+
+    def delay(self, *args, **kwargs) -> Job:
+        """Enqueue a job of this task whose payload is ``kwargs`` (see ``apply_async``)."""
+        return self.apply_async(args, kwargs)
+
     def retry(
         self,
         args=None,
@@ -241,13 +282,37 @@ def _job_id(value) -> int:
     raise ValueError(f"not a job id: {value!r}")
 
 
-def _claim(job_id: int, *, task: str, worker: str) -> Job | None:
-    """Claim, reconnecting once if the reused connection died (a database restart)."""
+def claim_for_message(job_id: int, *, task: str, worker: str) -> Job | None:
+    """Claim for ``worker`` what a message of ``task`` naming ``job_id`` claims."""
+    return _claim(job_id, task=task, worker=worker, limit=_limit_for(job_id))
+
+
+def _limit_for(job_id: int) -> tuple[str, int] | None:
+    """Return ``(queue, limit)`` if ``job_id``'s queue has a concurrency limit, else None."""
+    limits = conf.get().queue_concurrency
+    if not limits:  # the usual case: no statement spent on it
+        return None
+    queue = _reconnecting(statements.queue_of, job_id)
+    return (queue, limits[queue]) if queue in limits else None
+
+
+def _claim(
+    job_id: int, *, task: str, worker: str, limit: tuple[str, int] | None = None
+) -> Job | None:
+    """Claim the best runnable job for the message that names ``job_id``."""
+    if limit is not None:
+        queue, most = limit
+        return _reconnecting(statements.claim_limited, queue, most, task=task, worker=worker)
+    return _reconnecting(statements.claim, job_id, task=task, worker=worker)
+
+
+def _reconnecting(statement, *args, **kwargs):
+    """Run ``statement``, reconnecting once if the reused connection died (a restart)."""
     try:
-        return statements.claim(job_id, task=task, worker=worker)
+        return statement(*args, **kwargs)
     except (OperationalError, InterfaceError):
         connection.close()
-        return statements.claim(job_id, task=task, worker=worker)
+        return statement(*args, **kwargs)
 
 
 def _republish(job_ids: list[int]) -> None:

@@ -16,6 +16,7 @@ from django.utils import timezone
 from deployments.models import ACTIVE, Deployment, DeploymentStatus, StepRun, StepStatus
 from jobs import heartbeat
 from jobs.models import Job, JobStatus, WorkerHeartbeat
+from jobs.queues import paused_names
 from project.celery import QUEUES, app
 
 logger = logging.getLogger(__name__)
@@ -83,12 +84,14 @@ def queue_rows(now=None) -> list[dict]:
         .order_by()
     )
     depths = broker_depths(sorted(names))
+    paused = paused_names()
     rows = []
     for name in sorted(names):
         age = (now - oldest[name]).total_seconds() if name in oldest else None
         rows.append(
             {
                 "queue": name,
+                "paused": name in paused,
                 "queued": counts.get((name, JobStatus.QUEUED), 0),
                 "queued_url": _jobs_url(queue=name, status__exact=JobStatus.QUEUED),
                 "running": counts.get((name, JobStatus.RUNNING), 0),

@@ -10,6 +10,21 @@ from jobs.models import Job
 from jobs.publish import publish_on_commit
 from jobs.services.base import log_job, logger
 
+# Django's range for django.tasks priorities; higher runs first (jobs.statements' claim).
+MIN_PRIORITY, MAX_PRIORITY = -100, 100
+
+
+def validate_priority(priority) -> int:
+    """Return ``priority`` if it is an integer in −100…100; raise a clear ValueError if not."""
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise ValueError(f"a job's priority is an integer, not {type(priority).__name__}")
+    if not MIN_PRIORITY <= priority <= MAX_PRIORITY:
+        raise ValueError(
+            f"a job's priority is between {MIN_PRIORITY} and {MAX_PRIORITY} (higher runs "
+            f"first), not {priority}"
+        )
+    return priority
+
 
 def _task_defaults(task) -> tuple[str, str | None, int | None]:
     """Return (name, queue, declared max attempts) of a task object or name."""
@@ -37,6 +52,7 @@ def _new_job(
 ) -> Job:
     if payload is not None and not isinstance(payload, dict):
         raise ValueError(f"a job's payload is a dict, not {type(payload).__name__}")
+    validate_priority(priority)
     name, task_queue, task_max_attempts = _task_defaults(task)
     return Job(
         task=name,
@@ -64,7 +80,8 @@ def enqueue(
 ) -> Job:
     """Write a Job in the caller's transaction and publish its id once that commits.
 
-    A repeated ``idempotency_key`` returns the existing job instead of a new one.
+    ``priority`` (−100…100, higher first) orders the job among the runnable jobs of its
+    queue and task. A repeated ``idempotency_key`` returns the existing job instead of a new one.
     """
     job = _new_job(
         task,

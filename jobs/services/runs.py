@@ -17,12 +17,14 @@ CLAIM_CLOCK_SKEW = statements.CLAIM_CLOCK_SKEW
 
 
 def job_claim(job_id: int, *, worker: str) -> Job | None:
-    """Take a due queued/retrying job for ``worker``: one UPDATE, attempts counted here.
+    """Claim as a message naming ``job_id`` would: the best runnable job of its queue and task.
 
-    Returns None when someone else has it, it is finished, not due yet, or being cancelled.
+    For tests and tools that run a job by hand; returns None when nothing is claimable.
     """
+    from jobs.task import claim_for_message  # the task module imports these services
+
     task = Job.objects.filter(pk=job_id).values_list("task", flat=True).first()
-    job = statements.claim(job_id, task=task, worker=worker) if task else None
+    job = claim_for_message(job_id, task=task, worker=worker) if task else None
     if job is not None:
         log_job("job.claimed", job, worker=worker)
     return job
