@@ -76,7 +76,7 @@ SELECT id FROM {TABLE}
 WHERE queue = (SELECT queue FROM target) AND task = %s
     AND status IN ('{S.QUEUED}', '{S.RETRYING}') AND run_after <= %s
     AND cancel_requested_at IS NULL
-    AND NOT EXISTS (SELECT 1 FROM state WHERE paused_at IS NOT NULL) {{exclude}}
+    AND NOT EXISTS (SELECT 1 FROM state WHERE paused_at IS NOT NULL) {{exclude}} {{only}}
 ORDER BY priority DESC, run_after, id
 LIMIT {{limit}}"""
 _SET_RUNNING = f"""
@@ -85,14 +85,18 @@ UPDATE {TABLE} SET status = '{S.RUNNING}', attempts = attempts + 1, lease_expire
 
 
 @cache
-def _claim_parts(vendor: str, limited: bool) -> tuple[str, str]:
-    """Return the claim's CTEs and its UPDATE, for a free queue or a limited one."""
+def _claim_parts(vendor: str, limited: bool, exact: bool = False) -> tuple[str, str]:
+    """Return the claim's CTEs and its UPDATE, for a free queue or a limited one.
+
+    ``exact`` claims only the named job (``jobs.services.job_claim``: tools and tests).
+    """
     postgres = vendor == "postgresql"
     target = _TARGET[vendor]["given" if limited else "named"]
     # A limited claim already holds the row FOR UPDATE (``claim_limited``).
     state = _STATE[vendor].replace("{lock}", "" if limited else "FOR KEY SHARE")
     limit = (_PG_LIMIT if postgres else _LIMIT)["limited" if limited else "free"]
-    pick = _PICK.format(exclude="" if limited else _NOT_LIMITED[vendor], limit=limit).strip()
+    exclude = "" if limited else _NOT_LIMITED[vendor]
+    pick = _PICK.format(exclude=exclude, only="AND id = %s" if exact else "", limit=limit).strip()
     if postgres:
         where = f"WHERE id = ANY(ARRAY({pick} FOR UPDATE SKIP LOCKED))"
     else:
@@ -101,8 +105,8 @@ def _claim_parts(vendor: str, limited: bool) -> tuple[str, str]:
 
 
 @cache
-def _claim_sql(vendor: str, limited: bool = False) -> str:
-    ctes, update = _claim_parts(vendor, limited)
+def _claim_sql(vendor: str, limited: bool = False, exact: bool = False) -> str:
+    ctes, update = _claim_parts(vendor, limited, exact)
     return f"WITH {ctes} {update}"
 
 
@@ -222,16 +226,23 @@ def _end_params(job: Job, ending: Ending, now) -> list:
     ]
 
 
-def claim(job_id: int, *, task: str, worker: str) -> Job | None:
-    """Claim the best runnable job of ``task`` in ``job_id``'s queue; None if there is none."""
+def claim(job_id: int, *, task: str, worker: str, exact: bool = False) -> Job | None:
+    """Claim the best runnable job of ``task`` in ``job_id``'s queue; None if there is none.
+
+    ``exact``: claim job ``job_id`` itself or nothing.
+    """
     with connection.cursor() as cursor:
         params = _claim_params(job_id, task, worker, timezone.now())
-        cursor.execute(_claim_sql(connection.vendor), params)
+        if exact:
+            params.insert(-1, job_id)
+        cursor.execute(_claim_sql(connection.vendor, False, exact), params)
         row = cursor.fetchone()
     return _job(row) if row else None
 
 
-def claim_limited(queue: str, limit: int, *, task: str, worker: str) -> Job | None:
+def claim_limited(
+    queue: str, limit: int, *, task: str, worker: str, only: int | None = None
+) -> Job | None:
     """Claim the best runnable job of ``task`` in ``queue`` if fewer than ``limit`` run there.
 
     Exact across every worker: the queue's state row is locked first (FOR UPDATE, so claims
@@ -242,7 +253,7 @@ def claim_limited(queue: str, limit: int, *, task: str, worker: str) -> Job | No
     when = connection.ops.adapt_datetimefield_value
     lease = now + conf.get().lease_timeout
     params = [queue, when(lease), worker, when(now), when(now), task]
-    params += [when(now + CLAIM_CLOCK_SKEW), 1, limit]
+    params += [when(now + CLAIM_CLOCK_SKEW), *([only] if only is not None else []), 1, limit]
     with transaction.atomic(), connection.cursor() as cursor:
         if connection.vendor == "postgresql":
             lock = f"SELECT 1 FROM {STATE_TABLE} WHERE name = %s FOR UPDATE"
@@ -254,7 +265,7 @@ def claim_limited(queue: str, limit: int, *, task: str, worker: str) -> Job | No
                     [queue, when(now)],
                 )
                 cursor.execute(lock, [queue])
-        cursor.execute(_claim_sql(connection.vendor, True), params)
+        cursor.execute(_claim_sql(connection.vendor, True, only is not None), params)
         row = cursor.fetchone()
     return _job(row) if row else None
 

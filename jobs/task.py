@@ -282,9 +282,13 @@ def _job_id(value) -> int:
     raise ValueError(f"not a job id: {value!r}")
 
 
-def claim_for_message(job_id: int, *, task: str, worker: str) -> Job | None:
-    """Claim for ``worker`` what a message of ``task`` naming ``job_id`` claims."""
-    return _claim(job_id, task=task, worker=worker, limit=_limit_for(job_id))
+def claim_exactly(job_id: int, *, task: str, worker: str) -> Job | None:
+    """Claim job ``job_id`` itself for ``worker`` (if it is runnable), as a message would."""
+    limit = _limit_for(job_id)
+    if limit is not None:
+        queue, most = limit
+        return statements.claim_limited(queue, most, task=task, worker=worker, only=job_id)
+    return statements.claim(job_id, task=task, worker=worker, exact=True)
 
 
 def _limit_for(job_id: int) -> tuple[str, int] | None:

@@ -17,14 +17,15 @@ CLAIM_CLOCK_SKEW = statements.CLAIM_CLOCK_SKEW
 
 
 def job_claim(job_id: int, *, worker: str) -> Job | None:
-    """Claim as a message naming ``job_id`` would: the best runnable job of its queue and task.
+    """Claim job ``job_id`` itself for ``worker``: the worker's claim, narrowed to that job.
 
-    For tests and tools that run a job by hand; returns None when nothing is claimable.
+    For tests and tools that run one job by hand (a worker's message claims the best runnable
+    job of the queue instead); the queue's pause and limit apply. None if it is not runnable.
     """
-    from jobs.task import claim_for_message  # the task module imports these services
+    from jobs.task import claim_exactly  # the task module imports these services
 
     task = Job.objects.filter(pk=job_id).values_list("task", flat=True).first()
-    job = claim_for_message(job_id, task=task, worker=worker) if task else None
+    job = claim_exactly(job_id, task=task, worker=worker) if task else None
     if job is not None:
         log_job("job.claimed", job, worker=worker)
     return job
