@@ -7,7 +7,8 @@ process, and has already acknowledged the message, so the broker will never deli
 Here every job of that message is recovered at once: the run the dead child held (found by
 its holder, ``<node>/<pid>`` of a process that is gone) is decided by jobs.outcome and written
 by jobs.completer (retrying, or dead once its attempts are spent; the attempt was counted at
-claim), and the doorbells of a batch it had not reached yet are rung again for the queue. The same happens for an error raised outside a body in the process itself (a claim or a
+claim), and the doorbells of a batch it had not reached yet are rung again for the queue.
+The same happens for an error raised outside a body in the process itself (a claim or a
 completion whose statement failed): the run it held ends with that error.
 """
 

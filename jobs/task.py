@@ -35,7 +35,7 @@ from django.utils import timezone
 from jobs import completer, conf, outcome, services, shutdown, statements
 from jobs.errors import Permanent, RetryAfter, Snooze
 from jobs.lease import keeper
-from jobs.models import PENDING, Job
+from jobs.models import Job
 
 logger = logging.getLogger("jobs")
 
@@ -320,9 +320,12 @@ def _reconnecting(statement, *args, **kwargs):
 
 
 def _republish(job_ids: list[int]) -> None:
-    from jobs.publish import publish
+    """Ring again, for the message's queue, the doorbells this worker leaves unused."""
+    from jobs.queues import ring
 
-    publish(Job.objects.filter(pk__in=job_ids, status__in=PENDING))
+    queue = statements.queue_of(job_ids[0])
+    if queue is not None:
+        ring(queue, limit=len(job_ids))
 
 
 def _dropped(task: Task, job_id) -> None:
