@@ -389,3 +389,6 @@ class MaintenanceRunAdmin(ConveyorModelAdmin):
             "overdue_intervals": OVERDUE_INTERVALS,
         }
         return super().changelist_view(request, extra_context=extra_context)
+
+
+from jobs import admin_queues  # noqa: E402, F401 - registers the queues page

@@ -7,11 +7,12 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404
 from ninja import Field, Query, Router, Schema, Status
 
-from jobs import owners
+from jobs import owners, queues
 from jobs.attempts import history
 from jobs.auth import acting_user, actor, require_scope
 from jobs.models import Job, JobReason, JobStatus, TokenScope
 from jobs.selectors import queue_stats
+from project.api_errors import ApiError
 from project.pagination import DEFAULT_LIMIT, MAX_LIMIT, paginate
 
 router = Router(tags=["jobs"])
@@ -115,6 +116,7 @@ class MaintenanceRunnerOut(Schema):
 
 
 class QueueOut(Schema):
+    paused_queues: list[str] = Field(description="queues paused now (see /queues)")
     by_status: dict[str, int]
     by_queue: dict[str, dict[str, int]]
     by_task: dict[str, dict[str, int]]
@@ -122,6 +124,18 @@ class QueueOut(Schema):
     oldest_queued_age_seconds: float | None
     recent: list[RecentJob]
     maintenance: list[MaintenanceRunnerOut]
+
+
+class QueueStateOut(Schema):
+    name: str
+    paused: bool
+    paused_at: datetime | None
+    paused_by: str = Field(description="who paused it (empty unless paused)")
+    concurrency_limit: int | None = Field(
+        description="the most of its jobs running at once everywhere (CONVEYOR_QUEUE_CONCURRENCY)"
+    )
+    running: int
+    queued: int = Field(description="queued or retrying jobs, due or not")
 
 
 class JobFilters(Schema):
@@ -189,3 +203,35 @@ def retry_job(request: HttpRequest, response: HttpResponse, job_id: int):
 def cancel_job(request: HttpRequest, job_id: int):
     require_scope(request, TokenScope.ADMIN)
     return Status(202, owners.job_cancel(job_id, actor=actor(request)))
+
+
+@router.get("/queues", response=list[QueueStateOut], summary="Every declared queue: state and use")
+def list_queues(request: HttpRequest):
+    require_scope(request, TokenScope.ADMIN)
+    return queues.describe()
+
+
+def _queue_action(request: HttpRequest, name: str, action) -> dict:
+    require_scope(request, TokenScope.ADMIN)
+    try:
+        return action(name, actor=actor(request))
+    except queues.UnknownQueue as exc:
+        raise ApiError(404, "not_found", str(exc)) from None
+
+
+@router.post(
+    "/queues/{name}/pause",
+    response=QueueStateOut,
+    summary="Pause a queue: once this answers, none of its jobs starts; running ones finish",
+)
+def pause_queue(request: HttpRequest, name: str):
+    return _queue_action(request, name, queues.pause)
+
+
+@router.post(
+    "/queues/{name}/resume",
+    response=QueueStateOut,
+    summary="Resume a queue: its due jobs are rung for at once",
+)
+def resume_queue(request: HttpRequest, name: str):
+    return _queue_action(request, name, queues.resume)

@@ -19,9 +19,9 @@ class JobsConfig(AppConfig):
     verbose_name = "Jobs"
 
     def ready(self) -> None:
-        # deadletter, shutdown and heartbeat connect Celery signal handlers; tasks registers
+        # deadletter, shutdown, heartbeat and queues connect Celery signal handlers; tasks registers
         # the tasks.
-        from jobs import conf, deadletter, heartbeat, shutdown, tasks  # noqa: F401
+        from jobs import conf, deadletter, heartbeat, queues, shutdown, tasks  # noqa: F401
 
         conf.validate()
         post_migrate.connect(

@@ -10,16 +10,15 @@
 ``cancelled``, ``dead``); ``reason`` is a ``JobReason`` (empty on success); ``error`` is None
 unless the attempt raised. A snooze is not an attempt and adds no entry.
 
-An entry is appended by ``AppendAttempt`` inside the same UPDATE that ends the run, built
-from the row's own ``attempts``, ``locked_by`` and ``started_at``, so the history costs no
-statement of its own and the reaper can append to many rows at once.
+An entry is appended by ``append_sql`` inside the one UPDATE that ends the run (jobs.completer),
+built from the row's own ``attempts``, ``locked_by`` and ``started_at`` (SQL evaluates every
+SET expression against the old row), so the history costs no statement of its own.
 """
 
 import json
 import traceback as tb
 from datetime import UTC, datetime
 
-from django.db.models import Func, JSONField
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
@@ -65,43 +64,29 @@ def describe(error: dict | None) -> str:
     return f"{name}: {error['message']}" if name else error["message"]
 
 
-class AppendAttempt(Func):
-    """SQL: ``attempts_history`` with one more entry, for the run being ended by the UPDATE.
+# The one history builder: ``attempts_history`` plus an entry for the run an UPDATE ends.
+# Its parameters are finished_at, outcome, reason and the error as JSON text (or NULL).
+_APPEND_SQL = {
+    "postgresql": (
+        "COALESCE(attempts_history, '[]'::jsonb) || jsonb_build_array(jsonb_build_object("
+        "'attempt', attempts, 'worker', locked_by, 'started_at', started_at, "
+        "'finished_at', %s::timestamptz, 'outcome', %s::text, 'reason', %s::text, "
+        "'error', %s::jsonb))"
+    ),
+    "sqlite": (
+        "json_insert(COALESCE(attempts_history, '[]'), '$[#]', json_object("
+        "'attempt', attempts, 'worker', locked_by, 'started_at', started_at, "
+        "'finished_at', %s, 'outcome', %s, 'reason', %s, 'error', json(%s)))"
+    ),
+}
 
-    ``attempt``, ``worker`` and ``started_at`` come from the row as it was before the UPDATE
-    (SQL evaluates every SET expression against the old row).
-    """
 
-    output_field = JSONField()
-
-    def __init__(self, *, outcome: str, reason: str, error: dict | None, finished_at: datetime):
-        super().__init__()
-        self.entry = (finished_at, str(outcome), str(reason or ""), error)
-
-    def _params(self, connection) -> list:
-        finished_at, outcome, reason, error = self.entry
-        when = connection.ops.adapt_datetimefield_value(finished_at)
-        return [when, outcome, reason, json.dumps(error) if error is not None else None]
-
-    def as_postgresql(self, compiler, connection, **extra):
-        sql = (
-            "COALESCE(attempts_history, '[]'::jsonb) || jsonb_build_array(jsonb_build_object("
-            "'attempt', attempts, 'worker', locked_by, 'started_at', started_at, "
-            "'finished_at', %s::timestamptz, 'outcome', %s::text, 'reason', %s::text, "
-            "'error', %s::jsonb))"
-        )
-        return sql, self._params(connection)
-
-    def as_sqlite(self, compiler, connection, **extra):
-        sql = (
-            "json_insert(COALESCE(attempts_history, '[]'), '$[#]', json_object("
-            "'attempt', attempts, 'worker', locked_by, 'started_at', started_at, "
-            "'finished_at', %s, 'outcome', %s, 'reason', %s, 'error', json(%s)))"
-        )
-        return sql, self._params(connection)
-
-    def as_sql(self, compiler, connection, **extra):
-        raise NotImplementedError(f"attempt history is not written on {connection.vendor}")
+def append_sql(vendor: str) -> str:
+    """Return the SQL expression that appends the ending run to ``attempts_history``."""
+    try:
+        return _APPEND_SQL[vendor]
+    except KeyError:
+        raise NotImplementedError(f"attempt history is not written on {vendor}") from None
 
 
 def _when(value) -> datetime | None:

@@ -51,9 +51,8 @@ class ConveyorBackend(BaseTaskBackend):
     supports_defer = True
     supports_async_task = True  # coroutine functions run to completion in the worker
     supports_get_result = True
-    # The broker delivers messages in the order they were published; Job.priority only
-    # orders the sweeper's re-sends, so a priority would promise what is not kept.
-    supports_priority = False
+    # A claim takes the runnable job of highest priority first (Django's range, −100…100).
+    supports_priority = True
 
     def __init__(self, alias, params):
         super().__init__(alias, params)

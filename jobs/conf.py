@@ -5,6 +5,8 @@ Declared in project/settings.py from the environment; the lifecycle ones:
 ``CONVEYOR_SHUTDOWN_GRACE``         (30s) on SIGTERM a worker lets running jobs finish this long
                                     and then hands them back (jobs.shutdown)
 ``CONVEYOR_MAINTENANCE_RETENTION``  (7d) maintenance run records kept this long (at least 1d)
+``CONVEYOR_QUEUE_CONCURRENCY``      (none) ``name=N,…``: the most jobs of a queue running at once
+                                    across every worker (jobs.statements enforces it)
 """
 
 from dataclasses import dataclass
@@ -31,7 +33,12 @@ class JobSettings:
     log_success: bool
     maintenance_retention: timedelta
     shutdown_grace: timedelta
+    queue_concurrency: dict[str, int]
 
+
+# Further in the future than this, a job is not published at enqueue: a countdown is held
+# unacknowledged in a worker's memory, so the sweeper publishes it when it comes due.
+SCHEDULE_HORIZON_SECONDS = 1800
 
 # Shorter would purge a daily runner's history before an operator could look at it.
 MIN_MAINTENANCE_RETENTION = timedelta(days=1)
@@ -51,6 +58,7 @@ def get() -> JobSettings:
         log_success=settings.CONVEYOR_JOB_LOG_SUCCESS,
         maintenance_retention=settings.CONVEYOR_MAINTENANCE_RETENTION,
         shutdown_grace=settings.CONVEYOR_SHUTDOWN_GRACE,
+        queue_concurrency=dict(settings.CONVEYOR_QUEUE_CONCURRENCY),
     )
 
 
@@ -70,13 +78,18 @@ def validate() -> None:
     )
     # A retry's countdown is held unacknowledged by a worker: the broker must not redeliver
     # it meanwhile, and the sweeper must not publish it a second time as "coming due".
-    from jobs.publish import SCHEDULE_HORIZON_SECONDS
-
     visibility = settings.CELERY_BROKER_TRANSPORT_OPTIONS.get("visibility_timeout")
     if visibility is not None and visibility < 4 * conf.retry_backoff_max:
         raise ImproperlyConfigured(
             "the broker's visibility_timeout must be 4x CONVEYOR_RETRY_BACKOFF_MAX"
         )
+    from project.celery import QUEUES, django_task_queues
+
+    for name in conf.queue_concurrency:
+        if name not in QUEUES + django_task_queues():
+            raise ImproperlyConfigured(
+                f"CONVEYOR_QUEUE_CONCURRENCY: {name!r} is not a declared queue"
+            )
     if conf.retry_backoff_max > SCHEDULE_HORIZON_SECONDS:
         raise ImproperlyConfigured(
             f"CONVEYOR_RETRY_BACKOFF_MAX must be at most {SCHEDULE_HORIZON_SECONDS}s"

@@ -1,27 +1,28 @@
 """Runs lost with their worker process: Celery's ``task_failure`` signal, for JobTask tasks.
 
-A job body's own exceptions never reach Celery (JobTask hands them to jobs.outcome). What
-does is a pool child that died under a message (``kill -9``, the OOM killer) or went past
-its hard time limit: Celery reports ``WorkerLostError`` / ``TimeLimitExceeded`` from the
-worker's parent process, and has already acknowledged the message, so the broker will never
-deliver it again. Here every job of that message is recovered at once: the one the child was
-running goes through jobs.outcome (retrying, or dead once its attempts are spent; the attempt
-was counted at claim), and the ones of a batch it had not reached yet are published again.
+A job body's own exceptions never reach Celery (JobTask hands them to jobs.outcome). What does
+is a pool child that died under a message (``kill -9``, the OOM killer) or went past its hard
+time limit: Celery reports ``WorkerLostError`` / ``TimeLimitExceeded`` from the worker's parent
+process, and has already acknowledged the message, so the broker will never deliver it again.
+Here every job of that message is recovered at once: the run the dead child held (found by
+its holder, ``<node>/<pid>`` of a process that is gone) is decided by jobs.outcome and written
+by jobs.completer (retrying, or dead once its attempts are spent; the attempt was counted at
+claim), and the doorbells of a batch it had not reached yet are rung again for the queue.
 The same happens for an error raised outside a body in the process itself (a claim or a
 completion whose statement failed): the run it held ends with that error.
 """
 
 import logging
+import time
+from pathlib import Path
 
 from billiard.exceptions import TimeLimitExceeded, WorkerLostError
 from celery import signals
 from django.db import close_old_connections
 from django.db.models import Q
-from django.utils import timezone
 
-from jobs import outcome
-from jobs.models import PENDING, Job, JobStatus
-from jobs.publish import publish
+from jobs import completer, outcome, queues
+from jobs.models import Job, JobStatus
 from jobs.task import JobTask, worker_id
 
 logger = logging.getLogger("jobs")
@@ -49,12 +50,21 @@ def on_task_failure(sender=None, task_id=None, exception=None, args=None, **kwar
         )
         node = _node["name"] or getattr(sender.request, "hostname", "") or ""
         event = outcome.Event.lost(kind, f"{type(exception).__name__}: {exception}", exception)
-        recover_message(sender, ids, event, Q(locked_by__startswith=f"{node}/"))
+        recover_message(sender, ids, event, _node_runs(node))
         return
     # Raised in this process outside a body (a claim or a completion that failed): end the
     # run this process held with that error, and send the rest of the message again.
     logger.warning("job.task_error", extra={"task": sender.name, "error": repr(exception)[:300]})
-    recover_message(sender, ids, outcome.Event.raised(exception), Q(locked_by=worker_id(sender)))
+    held = Q(locked_by=worker_id(sender), pk__in=ids)
+    recover_message(sender, ids, outcome.Event.raised(exception), held)
+
+
+class _NodeRuns(Q):
+    """The runs of every pool child of ``node``: only those whose process is gone are lost."""
+
+
+def _node_runs(node: str) -> Q:
+    return _NodeRuns(locked_by__startswith=f"{node}/")
 
 
 def _ids(value) -> list[int]:
@@ -63,11 +73,36 @@ def _ids(value) -> list[int]:
 
 
 def recover_message(task: JobTask, job_ids: list[int], event, held_here: Q) -> None:
-    """End the run this worker held among ``job_ids``; publish the unclaimed ones again."""
-    running = Job.objects.filter(held_here, pk__in=job_ids, status=JobStatus.RUNNING)
-    for job in running:
-        outcome.apply(outcome.decide(event, job, task), job, where=Q(status=JobStatus.RUNNING))
-    due = Q(pk__in=job_ids, status__in=PENDING, run_after__lte=timezone.now())
-    waiting = list(Job.objects.filter(due))
-    if waiting:
-        publish(waiting)
+    """End the runs this worker lost (see ``_lost``); ring again for the message's queue.
+
+    A message's claims take the best runnable jobs of its queue, not necessarily the ones it
+    names, so the lost run is found by who held it, and the doorbells the message still
+    carried are rung again for the queue's best due jobs (as many as it named).
+    """
+    for job in Job.objects.filter(held_here, status=JobStatus.RUNNING):
+        if not isinstance(held_here, _NodeRuns) or _process_gone(job.locked_by):
+            completer.finish(outcome.decide(event, job, task), job)
+    queue = Job.objects.filter(pk__in=job_ids[:1]).values_list("queue", flat=True).first()
+    if queue is not None:
+        queues.ring(queue, limit=len(job_ids))
+
+
+SETTLE_SECONDS = 3.0  # a child killed for its hard time limit may take a moment to go
+
+
+def _process_gone(locked_by: str) -> bool:
+    """Whether the process of run holder ``<node>/<pid>`` (on this host) has ended."""
+    pid = locked_by.rsplit("/", 1)[-1]
+    if not pid.isdigit():
+        return False
+    deadline = time.monotonic() + SETTLE_SECONDS
+    while True:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return True
+        if state in ("Z", "X"):
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)

@@ -24,6 +24,10 @@ class Snooze(Exception):  # noqa: N818
         self.seconds = _delay(seconds)
 
 
+class WorkerShutdown(BaseException):  # noqa: N818 - like KeyboardInterrupt: not an Exception
+    """Raised in a job body when its worker shuts down past the grace period (jobs.shutdown)."""
+
+
 class IllegalTransition(Exception):
     """A state change that the TRANSITIONS table does not allow was requested."""
 

@@ -153,6 +153,15 @@ class Job(models.Model):
             models.Index(fields=["status", "id"], name="job_status_idx"),
             models.Index(fields=["queue", "status", "id"], name="job_queue_status_idx"),
             models.Index(fields=["task", "status", "id"], name="job_task_status_idx"),
+            # The claim's pick (jobs.statements): runnable rows only, in the order it takes
+            # them, so its cost does not grow with finished history.
+            models.Index(
+                fields=["queue", "task", "-priority", "run_after", "id"],
+                condition=Q(status__in=["queued", "retrying"]),
+                name="job_runnable_idx",
+            ),
+            # A queue's running count, for its concurrency limit and the queues API.
+            models.Index(fields=["queue"], condition=Q(status="running"), name="job_running_idx"),
         ]
 
     def __str__(self) -> str:
@@ -400,3 +409,23 @@ class JobMinuteStats(models.Model):
 
     def __str__(self) -> str:
         return f"{self.minute:%Y-%m-%d %H:%M} {self.queue}/{self.task} {self.status}: {self.count}"
+
+
+class QueueState(models.Model):
+    """A queue's operator state: paused or not (jobs.queues). No row: never paused.
+
+    The claim reads a queue's row in the same statement that takes a job (jobs.statements),
+    and a pause locks it, so once a pause has returned no claim anywhere starts a job of it.
+    """
+
+    name = models.CharField(max_length=100, primary_key=True)
+    paused_at = models.DateTimeField(null=True, blank=True)
+    paused_by = models.CharField(max_length=200, blank=True, default="")
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["name"]
+        permissions = [("pause_queue", "Can pause and resume queues")]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({'paused' if self.paused_at else 'running'})"

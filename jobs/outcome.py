@@ -1,4 +1,4 @@
-"""The one place that decides what becomes of a job after a run, and the one that applies it.
+"""The one place that decides what becomes of a job after a run (jobs.completer writes it).
 
 Every path that ends a run comes here: the task when a body returns or raises (alone or in a
 batch), the ``task_failure`` handler in a worker's parent process (the child died, or went
@@ -25,29 +25,23 @@ Backoff is Celery's exponential backoff with full jitter, from the task's ``retr
 ``retry_backoff_max`` and ``retry_jitter``; ``RetryAfter(seconds=…)`` replaces it. Which
 errors are retried is the task's ``autoretry_for`` less its ``dont_autoretry_for``.
 
-``apply(decision, job)`` makes it so with one guarded UPDATE fenced on the run (id, attempt,
-worker), appending the attempt to the job's history in the same statement; a retry is
-published once the change commits; a dead job gets its dead letter in the same transaction.
+``jobs.completer.finish(decision, job)`` makes it so: one UPDATE fenced on the run (id,
+attempt, worker) that also appends the attempt to the job's history; a retry is published
+once the change commits; a dead job gets its dead letter in the same transaction.
 """
 
 import enum
-import json
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from billiard.exceptions import SoftTimeLimitExceeded, TimeLimitExceeded
 from celery.utils.time import get_exponential_backoff_interval
-from django.db import transaction
-from django.db.models import F, Q
 from django.utils import timezone
 
-from jobs import attempts, conf, statements
-from jobs.errors import Permanent, RetryAfter, Snooze
+from jobs import attempts, conf
+from jobs.errors import Permanent, RetryAfter, Snooze, WorkerShutdown
 from jobs.models import Job, JobReason, JobStatus
-from jobs.publish import publish_on_commit
-from jobs.services.base import MAX_ERROR_LENGTH, log_job, this_run
-from jobs.transitions import transition
 
 logger = logging.getLogger("jobs")
 R = JobReason
@@ -78,8 +72,6 @@ class Event:
 
     @classmethod
     def raised(cls, exc: BaseException) -> "Event":
-        from jobs.shutdown import WorkerShutdown
-
         if isinstance(exc, SoftTimeLimitExceeded | TimeLimitExceeded):
             return cls(Happened.TIME_LIMIT, exc=exc)
         if isinstance(exc, WorkerShutdown):
@@ -170,71 +162,3 @@ def _delay(exc: BaseException | None, job: Job, task) -> timedelta:
         full_jitter=getattr(task, "retry_jitter", True),
     )
     return timedelta(seconds=seconds)
-
-
-def apply(decision: Decision, job: Job, *, where: Q | None = None) -> Job | None:
-    """Apply ``decision`` to the run of ``job``; return the job as it is now, or None.
-
-    None means the run was no longer ``job``'s (the reaper or an operator got there first):
-    nothing is changed. ``where`` narrows the guard further (the reaper: lease still expired).
-    """
-    if decision.status == S.SUCCEEDED:  # the hot path's fixed statement; result is JSON text
-        if statements.complete(job, decision.result):
-            return job
-        return cancelled_meanwhile(decision, job, where)
-    guard = this_run(job) & (where or Q())
-    if decision.status != S.CANCELLED:  # a cancel asked for meanwhile wins (see below)
-        guard &= Q(cancel_requested_at__isnull=True)
-    now = timezone.now()
-    changes = {"reason": decision.reason, "locked_by": ""}
-    if decision.recorded:
-        changes["attempts_history"] = attempts.AppendAttempt(
-            outcome=decision.status, reason=decision.reason, error=decision.error, finished_at=now
-        )
-    if decision.error is not None:
-        changes["last_error"] = attempts.describe(decision.error)[:MAX_ERROR_LENGTH]
-    if decision.status == S.CANCELLED and decision.result is not None:
-        changes["result"] = json.loads(decision.result)  # the body returned before it heard
-    if decision.status == S.RETRYING:
-        changes.update(run_after=decision.run_after, lease_expires_at=None, published_at=now)
-        if decision.refund:
-            changes["attempts"] = F("attempts") - 1
-    with transaction.atomic():
-        moved = transition(guard, decision.status, from_=[S.RUNNING], **changes)
-        if not moved:
-            return cancelled_meanwhile(decision, job, where)
-        done = moved[0]
-        _announce(done, decision)
-    return done
-
-
-def cancelled_meanwhile(decision: Decision, job: Job, where: Q | None) -> Job | None:
-    """End the run ``cancelled`` if a cancel was asked for since it was claimed, else None.
-
-    A cancel request reaches a running body only through its lease keeper or a heartbeat,
-    so the run's end may be decided before the body heard of it; the guarded UPDATE then
-    finds ``cancel_requested_at`` set, and the run ends cancelled after all, never retried.
-    """
-    fresh = Job.objects.filter(this_run(job) & (where or Q()), status=S.RUNNING).first()
-    if fresh is None or fresh.cancel_requested_at is None:
-        log_job("job.outcome_lost", job, status=decision.status, reason=decision.reason)
-        return None
-    result = decision.result if decision.status == S.SUCCEEDED else None
-    cancelled = Decision(S.CANCELLED, R.CANCELLED, error=decision.error, result=result)
-    return apply(cancelled, fresh, where=where)
-
-
-def _announce(job: Job, decision: Decision) -> None:
-    """Log the outcome; publish a retry on commit; deliver a dead letter."""
-    fields = {"reason": decision.reason, "error": job.last_error[:300]}
-    if decision.status == S.RETRYING:
-        delay = max(0.0, (job.run_after - timezone.now()).total_seconds())
-        event = "job.snoozed" if decision.reason == R.SNOOZED else "job.fail_retry"
-        log_job(event, job, delay=round(delay, 3), **fields)
-        publish_on_commit([job])
-    elif decision.status == S.CANCELLED:
-        log_job("job.cancelled", job, **fields)
-    elif decision.status == S.DEAD:
-        from jobs.services.dead_letters import dead_letter
-
-        dead_letter(job, actor="system")

@@ -22,9 +22,7 @@ PUBLISH_RETRY_POLICY = {
     "interval_step": 0.2,
     "interval_max": 0.2,
 }
-# Further in the future than this, a job is not published at enqueue: a countdown is held
-# unacknowledged in a worker's memory, so the sweeper publishes it when it comes due.
-SCHEDULE_HORIZON_SECONDS = 1800
+SCHEDULE_HORIZON_SECONDS = conf.SCHEDULE_HORIZON_SECONDS  # see jobs.conf
 
 
 # A batch is split so that even a modest fan-out reaches several workers at once.

@@ -4,6 +4,7 @@ from django.utils import timezone
 
 from jobs.accounting import counts, queues
 from jobs.models import Job, JobStatus, MaintenanceRun
+from jobs.queues import paused_names
 
 # A runner whose last completed run is older than this many intervals is flagged.
 OVERDUE_INTERVALS = 3
@@ -31,6 +32,7 @@ def queue_stats(*, recent: int = RECENT_LIMIT) -> dict:
     by_status = counts.by_status(found, statuses)
     oldest = min(queues.oldest_queued(queues.queue_names(found), now=now).values(), default=None)
     return {
+        "paused_queues": sorted(paused_names()),
         "maintenance": maintenance_status(now=now),
         "by_status": by_status,
         "by_queue": by_queue,

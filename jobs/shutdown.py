@@ -7,12 +7,12 @@ process asks every pool child (``SIGUSR2``) to stop its job:
 * a cooperative task (``JobTask.stops_on_shutdown = True``: deployments) sees
   ``requested()`` become true and winds down itself — a deployment stops its step (SIGTERM,
   then SIGKILL after the step grace) and ends ``failed/worker_shutdown``;
-* any other body is interrupted by a ``WorkerShutdown`` exception, and jobs.outcome puts the
+* any other body is interrupted by a ``WorkerShutdown`` exception, and jobs.completer puts the
   job back to ``retrying`` at once, its lease released and its attempt given back, published
   for another worker;
 * jobs of a batch not started yet are published again.
 
-A few seconds later the main process hands back, through the same outcome, any run of this
+A few seconds later the main process hands back, through the same completer, any run of this
 worker still marked running (a thread pool's job, or a child that did not answer), so nothing
 looks alive after the worker is gone.
 """
@@ -27,15 +27,15 @@ from pathlib import Path
 from celery import signals
 from django.db import close_old_connections
 
+from jobs import completer, outcome
+from jobs.errors import WorkerShutdown
+from jobs.models import Job, JobStatus
+
 logger = logging.getLogger("jobs")
 _requested = threading.Event()
 _state = {"in_body": False, "cooperative": False, "child": None, "sigterm_installed": None}
 # After the children were asked, how long before the main process hands back what is left.
 SETTLE_SECONDS = 5.0
-
-
-class WorkerShutdown(BaseException):  # noqa: N818 - like KeyboardInterrupt: not an Exception
-    """Raised in a job body when its worker shuts down past the grace period."""
 
 
 def requested() -> bool:
@@ -122,14 +122,11 @@ def _hand_back(node: str) -> None:
 
 def hand_back_runs(node: str) -> int:
     """End every run this worker still holds as ``worker_shutdown``; return how many."""
-    from jobs import outcome
-    from jobs.models import Job, JobStatus
-
     held = Job.objects.filter(status=JobStatus.RUNNING, locked_by__startswith=f"{node}/")
     count = 0
     event = outcome.Event.lost(outcome.Happened.WORKER_SHUTDOWN, "the worker shut down")
     for job in held:
-        count += outcome.apply(outcome.decide(event, job), job) is not None
+        count += completer.finish(outcome.decide(event, job), job) is not None
     return count
 
 

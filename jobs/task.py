@@ -1,10 +1,10 @@
 """``JobTask``: the Celery base class that runs Job rows by id.
 
 A message carries one job id, or a list of ids (a batch: see jobs.publish). For each id the
-task claims the row (one conditional UPDATE; a duplicate delivery loses and is dropped), runs
-the body with a ``JobContext`` and hands what happened to jobs.outcome, which decides and
-records the job's fate. A success is written by a fixed statement (jobs.statements); in a
-batch it is folded into the claim of the next job, so it is committed the moment its body
+task claims → runs the body → finishes: the claim is one conditional UPDATE (a duplicate
+delivery loses and is dropped), the body gets a ``JobContext``, and what happened is decided
+by jobs.outcome and written by jobs.completer, the only writer of a run's end. In a batch a
+success is folded into the claim of the next job, so it is committed the moment its body
 returns. The body's exceptions never leave the task: Celery sees a finished message and
 acknowledges it, while the job row says succeeded, retrying, cancelled or dead.
 
@@ -26,16 +26,17 @@ import logging
 import os
 import re
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 from celery import Task
 from django.conf import settings
 from django.db import DatabaseError, InterfaceError, OperationalError, connection, transaction
 from django.utils import timezone
 
-from jobs import conf, outcome, services, shutdown, statements
+from jobs import completer, conf, outcome, services, shutdown, statements
 from jobs.errors import Permanent, RetryAfter, Snooze
 from jobs.lease import keeper
-from jobs.models import PENDING, Job
+from jobs.models import Job
 
 logger = logging.getLogger("jobs")
 
@@ -102,40 +103,45 @@ class JobTask(Task):
     def __call__(self, job_ids, *args, **kwargs):
         worker = worker_id(self)
         if not isinstance(job_ids, list):
-            job = _claim(_job_id(job_ids), task=self.name, worker=worker)
+            job_id = _job_id(job_ids)
+            job = _claim(job_id, task=self.name, worker=worker, limit=_limit_for(job_id))
             if job is None:
                 return _dropped(self, job_ids)
             done = self._run_job(job)
             if done is not None:
-                self._complete(*done)
+                self._finish(*done)
             return None
-        done = None  # a success whose completion rides on the next claim
+        done = None  # a success whose end rides on the next claim: (job, encoded result)
         ids = list(dict.fromkeys(_job_id(i) for i in job_ids))
         for position, job_id in enumerate(ids):
             if shutdown.requested():  # leave the rest to other workers, at once
                 _republish(ids[position:])
                 break
-            completed, job = statements.complete_and_claim(
-                *(done or (None, None)), job_id, task=self.name, worker=worker
-            )
-            if done is not None and completed:
-                self._completed(*done)
-            elif done is not None:
-                self._complete_refused(*done)
+            limit = _limit_for(job_id)
+            if done is None:
+                job = _claim(job_id, task=self.name, worker=worker, limit=limit)
+            elif limit is not None:  # a limited queue's claim is a transaction of its own
+                self._finish(*done)
+                job = _claim(job_id, task=self.name, worker=worker, limit=limit)
+            else:
+                ended, job = completer.succeed_and_claim(
+                    *done, job_id, task=self.name, worker=worker
+                )
+                self._ended(ended, succeeded=ended is done[0])
             done = None
             if job is None:
                 _dropped(self, job_id)
                 continue
             done = self._run_job(job)
         if done is not None:
-            self._complete(*done)
+            self._finish(*done)
         return None
 
     def run_ended(self, job: Job) -> None:
         """Called once a run's end is recorded (not for runs lost with their worker)."""
 
     def _run_job(self, job: Job) -> tuple[Job, str] | None:
-        """Run the body; return ``(job, encoded result)`` on success, else apply the outcome."""
+        """Run the body; return ``(job, encoded result)`` on success, else end the run."""
         ctx = JobContext(job=job, cancel_requested=job.cancel_requested_at is not None)
         self.request.job_context = ctx
         lease = keeper()
@@ -154,7 +160,7 @@ class JobTask(Task):
             lease.untrack(ctx)
             self.request.job_context = None
         if committed:
-            self._completed(job, encoded)
+            self._ended(job, succeeded=True)
             return None
         if ctx.cancel_requested and job.cancel_requested_at is None:
             job.cancel_requested_at = timezone.now()  # seen by the lease keeper or a heartbeat
@@ -162,13 +168,12 @@ class JobTask(Task):
             decision = outcome.decide(event, job, self)
             if decision.status == outcome.S.SUCCEEDED:
                 return job, decision.result
-            ended = outcome.apply(decision, job)
+            ended = completer.finish(decision, job)
         except DatabaseError:
             raise  # the database is away: the lease runs out and the reaper takes over
         except Exception as exc:  # the ending itself could not be recorded: say why, for good
-            ended = outcome.apply(outcome.unrecordable(exc), job)
-        if ended is not None:
-            self.run_ended(ended)
+            ended = completer.finish(outcome.unrecordable(exc), job)
+        self._ended(ended, succeeded=False)
         return None
 
     def _run_atomic(self, ctx: JobContext) -> tuple[str, bool]:
@@ -181,29 +186,58 @@ class JobTask(Task):
             with transaction.atomic():
                 with shutdown.running_body(self.stops_on_shutdown):
                     encoded = _encode(self.run(ctx))
-                if ctx.cancel_requested or not statements.complete(ctx.job, encoded):
+                if ctx.cancel_requested or not completer.succeed(ctx.job, encoded):
                     raise _Undo(encoded)
         except _Undo as undo:
             return undo.encoded, False
         return encoded, True
 
-    def _complete(self, job: Job, encoded: str) -> None:
-        if statements.complete(job, encoded):
-            self._completed(job, encoded)
-        else:
-            self._complete_refused(job, encoded)
+    def _finish(self, job: Job, encoded: str) -> None:
+        """Write a success (or the cancel that came meanwhile) and tell ``run_ended``."""
+        ended = completer.finish(outcome.Decision(outcome.S.SUCCEEDED, result=encoded), job)
+        self._ended(ended, succeeded=ended is not None and ended.status == outcome.S.SUCCEEDED)
 
-    def _completed(self, job: Job, encoded: str) -> None:
-        if conf.get().log_success:
-            services.log_job("job.succeeded", job)
+    def _ended(self, job: Job | None, *, succeeded: bool) -> None:
+        if job is None:  # the run was taken away: whoever took it ends it
+            return
+        if succeeded:
+            completer.log_success(job)
         self.run_ended(job)
 
-    def _complete_refused(self, job: Job, encoded: str) -> None:
-        """The success was not written: cancelled meanwhile (then it ends so), or taken away."""
-        decision = outcome.Decision(outcome.S.SUCCEEDED, result=encoded)
-        ended = outcome.cancelled_meanwhile(decision, job, None)
-        if ended is not None:
-            self.run_ended(ended)
+    def apply_async(
+        self,
+        args=None,
+        kwargs=None,
+        *,
+        priority: int | None = None,
+        countdown: float | None = None,
+        eta=None,
+        queue: str | None = None,
+        **options,
+    ) -> Job:
+        """Enqueue a job of this task (Celery's call style): ``kwargs`` is its payload.
+
+        ``priority`` is the job's priority (−100…100, higher runs first), ``countdown`` or
+        ``eta`` its due time, ``queue`` its queue. Returns the Job, written in the caller's
+        transaction and published once that commits. Positional arguments are refused: a
+        job's payload is one dict.
+        """
+        if args:
+            raise ValueError(f"{self.name}: a job takes its payload as keyword arguments")
+        run_after = eta
+        if countdown is not None:
+            run_after = timezone.now() + timedelta(seconds=float(countdown))
+        return services.enqueue(
+            self,
+            dict(kwargs or {}),
+            queue=queue,
+            priority=0 if priority is None else priority,
+            run_after=run_after,
+        )
+
+    def delay(self, *args, **kwargs) -> Job:
+        """Enqueue a job of this task whose payload is ``kwargs`` (see ``apply_async``)."""
+        return self.apply_async(args, kwargs)
 
     def retry(
         self,
@@ -251,19 +285,50 @@ def _job_id(value) -> int:
     raise ValueError(f"not a job id: {value!r}")
 
 
-def _claim(job_id: int, *, task: str, worker: str) -> Job | None:
-    """Claim, reconnecting once if the reused connection died (a database restart)."""
+def claim_exactly(job_id: int, *, task: str, worker: str) -> Job | None:
+    """Claim job ``job_id`` itself for ``worker`` (if it is runnable), as a message would."""
+    limit = _limit_for(job_id)
+    if limit is not None:
+        queue, most = limit
+        return statements.claim_limited(queue, most, task=task, worker=worker, only=job_id)
+    return statements.claim(job_id, task=task, worker=worker, exact=True)
+
+
+def _limit_for(job_id: int) -> tuple[str, int] | None:
+    """Return ``(queue, limit)`` if ``job_id``'s queue has a concurrency limit, else None."""
+    limits = conf.get().queue_concurrency
+    if not limits:  # the usual case: no statement spent on it
+        return None
+    queue = _reconnecting(statements.queue_of, job_id)
+    return (queue, limits[queue]) if queue in limits else None
+
+
+def _claim(
+    job_id: int, *, task: str, worker: str, limit: tuple[str, int] | None = None
+) -> Job | None:
+    """Claim the best runnable job for the message that names ``job_id``."""
+    if limit is not None:
+        queue, most = limit
+        return _reconnecting(statements.claim_limited, queue, most, task=task, worker=worker)
+    return _reconnecting(statements.claim, job_id, task=task, worker=worker)
+
+
+def _reconnecting(statement, *args, **kwargs):
+    """Run ``statement``, reconnecting once if the reused connection died (a restart)."""
     try:
-        return statements.claim(job_id, task=task, worker=worker)
+        return statement(*args, **kwargs)
     except (OperationalError, InterfaceError):
         connection.close()
-        return statements.claim(job_id, task=task, worker=worker)
+        return statement(*args, **kwargs)
 
 
 def _republish(job_ids: list[int]) -> None:
-    from jobs.publish import publish
+    """Ring again, for the message's queue, the doorbells this worker leaves unused."""
+    from jobs.queues import ring
 
-    publish(Job.objects.filter(pk__in=job_ids, status__in=PENDING))
+    queue = statements.queue_of(job_ids[0])
+    if queue is not None:
+        ring(queue, limit=len(job_ids))
 
 
 def _dropped(task: Task, job_id) -> None:

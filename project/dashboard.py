@@ -17,6 +17,7 @@ from deployments.models import ACTIVE, Deployment, DeploymentStatus, StepRun, St
 from jobs import heartbeat
 from jobs.accounting import counts, queues, stats
 from jobs.models import Job, JobStatus, WorkerHeartbeat
+from jobs.queues import paused_names
 from project.celery import app
 
 logger = logging.getLogger(__name__)
@@ -74,6 +75,7 @@ def queue_rows(now=None) -> list[dict]:
             dead[queue] = dead.get(queue, 0) + figures.count
     oldest = queues.oldest_queued(names, now=now)
     depths = broker_depths(names)
+    paused = paused_names()
     rows = []
     for name in names:
         live = per_queue.get(name, {})
@@ -81,6 +83,7 @@ def queue_rows(now=None) -> list[dict]:
         rows.append(
             {
                 "queue": name,
+                "paused": name in paused,
                 "queued": live.get(JobStatus.QUEUED, 0),
                 "queued_url": _jobs_url(queue=name, status__exact=JobStatus.QUEUED),
                 "running": live.get(JobStatus.RUNNING, 0),

@@ -91,6 +91,23 @@ def integer(name: str, default: int, *, minimum: int = 0, maximum: int | None = 
     return value
 
 
+def counts_by_name(name: str) -> dict[str, int]:
+    """Return ``{key: N}`` from environment variable ``name`` as ``key=N,key=N`` (N ≥ 1)."""
+    _declared.add(name)
+    raw = os.environ.get(name, "")
+    found: dict[str, int] = {}
+    for entry in (part.strip() for part in raw.split(",")):
+        if not entry:
+            continue
+        key, sep, number = (part.strip() for part in entry.partition("="))
+        if not sep or not key or not number.isdigit() or int(number) < 1:
+            raise ImproperlyConfigured(f"{name}: {entry!r} is not name=N with N at least 1")
+        if key in found:
+            raise ImproperlyConfigured(f"{name}: {key!r} is given twice")
+        found[key] = int(number)
+    return found
+
+
 def string(name: str, default: str = "") -> str:
     """Return environment variable ``name``, else ``default``."""
     _declared.add(name)

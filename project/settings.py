@@ -227,6 +227,9 @@ CONVEYOR_JOB_MAX_ATTEMPTS = env.integer("CONVEYOR_JOB_MAX_ATTEMPTS", 5, minimum=
 # Job ids per broker message when many jobs of one task are published at once (enqueue_many,
 # webhook fan-out, the sweeper); 1 turns batching off.
 CONVEYOR_BATCH_SIZE = env.integer("CONVEYOR_BATCH_SIZE", 25, minimum=1, maximum=500)
+# The most jobs of a queue running at once across every worker and host: ``name=N,name=N``
+# (jobs.queues); a queue not named has no limit but its workers' own concurrency.
+CONVEYOR_QUEUE_CONCURRENCY = env.counts_by_name("CONVEYOR_QUEUE_CONCURRENCY")
 # On SIGTERM, how long running jobs may finish before the worker hands them back (jobs.shutdown).
 CONVEYOR_SHUTDOWN_GRACE = env.duration("CONVEYOR_SHUTDOWN_GRACE", "30s")
 # Log one ``job.succeeded`` line per successful job (off: the success path stays quiet).

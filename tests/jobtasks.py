@@ -258,3 +258,33 @@ def atomic_then_cancelled_task(ctx: JobContext):
 def unique_record_task(ctx: JobContext):
     """Record one execution; at most one live job per customer in each 5-minute bucket."""
     record(ctx)
+
+
+def samples():
+    """A Redis client for what bodies sample (start order, how many run at once)."""
+    import redis
+
+    return redis.Redis.from_url(os.environ["TEST_REDIS_URL"])
+
+
+@shared_task(base=JobTask, name="tests.stamp")
+def stamp_task(ctx: JobContext):
+    """Push this job's id onto the Redis list ``payload["key"]`` as its body starts, then
+    sleep ``payload["sleep"]`` seconds: the list is the order in which bodies started."""
+    samples().rpush(ctx.payload["key"], ctx.job.pk)
+    time.sleep(float(ctx.payload.get("sleep", 0)))
+    return ctx.job.pk
+
+
+@shared_task(base=JobTask, name="tests.occupy")
+def occupy_task(ctx: JobContext):
+    """Raise the Redis counter ``payload["key"]`` while the body runs (``payload["sleep"]``
+    seconds) and push each value it reached onto ``<key>:seen``."""
+    client = samples()
+    key = ctx.payload["key"]
+    client.rpush(f"{key}:seen", client.incr(key))
+    try:
+        time.sleep(float(ctx.payload.get("sleep", 0)))
+    finally:
+        client.decr(key)
+    return ctx.job.pk

@@ -1,12 +1,12 @@
 """Lease reaper: recover running jobs whose worker stopped renewing the lease.
 
 A whole worker that dies (power loss, ``kill -9`` of the parent) fires no signal, and its
-unacknowledged message only comes back after the broker's visibility timeout. The reaper
-finds ``running`` jobs whose ``lease_expires_at`` has passed and hands each to jobs.outcome
-as ``lease_expired``: retrying (after the task's backoff) while it has attempts left, else
-``dead`` with reason ``lease_expired``; a job whose cancel was requested ends ``cancelled``
-and never runs again. A live lease is never touched (the guard re-checks it in the UPDATE);
-the late duplicate message, if it ever comes, loses the claim.
+unacknowledged message only comes back after the broker's visibility timeout. The reaper finds
+``running`` jobs whose ``lease_expires_at`` has passed, has jobs.outcome decide each as
+``lease_expired`` and jobs.completer write it: retrying (after the task's backoff) while it has
+attempts left, else ``dead`` with reason ``lease_expired``; a job whose cancel was requested
+ends ``cancelled`` and never runs again. A live lease is never touched (the guard re-checks it
+in the UPDATE); the late duplicate message, if it ever comes, loses the claim.
 
 Runs every ``CONVEYOR_REAPER_INTERVAL`` (default 1m); leases last
 ``CONVEYOR_JOB_LEASE_TIMEOUT`` (default 5m). Logs one ``maintenance.reaper`` line.
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from django.db.models import Q
 from django.utils import timezone
 
-from jobs import outcome
+from jobs import completer, outcome
 from jobs.models import Job, JobStatus
 
 logger = logging.getLogger("jobs.maintenance")
@@ -42,7 +42,8 @@ def reap() -> ReapResult:
         expired = Q(status=JobStatus.RUNNING, lease_expires_at__lt=now)
         batch = list(Job.objects.filter(expired).order_by("lease_expires_at")[:BATCH_SIZE])
         for job in batch:
-            done = outcome.apply(outcome.decide(event, job, now=now), job, where=expired)
+            decision = outcome.decide(event, job, now=now)
+            done = completer.finish(decision, job, lease_expired_before=now)
             if done is not None:
                 counts[done.status] += 1
         if len(batch) < BATCH_SIZE:

@@ -8,7 +8,8 @@ turned away by the claim. Scheduled jobs about to come due are published with th
 countdown. A row is re-sent with exponential spacing (grace, 2×grace, 4×grace, …) so a deep
 backlog is not multiplied, and not at all while the broker queue already holds enough
 messages to carry every candidate for it (a message carries up to ``CONVEYOR_BATCH_SIZE``
-ids). Re-sent jobs share messages like any fan-out (jobs.publish).
+ids), nor for a paused queue (resuming it rings for its jobs). Re-sent jobs share messages
+like any fan-out (jobs.publish).
 
 Both queries read only the columns publishing and logging need (``SWEPT_FIELDS``) from the
 partial indexes on the runnable rows (``status IN ('queued', 'retrying')``). The spacing is
@@ -31,6 +32,7 @@ from kombu.exceptions import ChannelError
 from jobs import conf
 from jobs.models import PENDING, Job
 from jobs.publish import SCHEDULE_HORIZON_SECONDS, publish
+from jobs.queues import paused_names
 from jobs.services import log_job
 
 logger = logging.getLogger("jobs.maintenance")
@@ -56,6 +58,7 @@ class SweepResult:
     republished: int = 0
     scheduled: int = 0
     skipped_backlog: int = 0
+    skipped_paused: int = 0
 
 
 def _queue_depth(queue: str) -> int | None:
@@ -104,8 +107,12 @@ def sweep() -> SweepResult:
     by_queue: dict[str, list[Job]] = defaultdict(list)
     for job in _candidates(now):
         by_queue[job.queue].append(job)
-    republished = skipped = 0
+    republished = skipped = held = 0
+    paused = paused_names()
     for queue, jobs in by_queue.items():
+        if queue in paused:  # its doorbells would be dropped; resume rings for them
+            held += len(jobs)
+            continue
         depth = _queue_depth(queue)
         # A message may carry up to CONVEYOR_BATCH_SIZE ids (jobs.publish): a queue still
         # holding that many is a backlog being worked through, not a loss.
@@ -117,7 +124,9 @@ def sweep() -> SweepResult:
             log_job("job.swept", job)
         republished += publish(jobs)
     scheduled = _publish_coming_due(now)
-    result = SweepResult(republished=republished, scheduled=scheduled, skipped_backlog=skipped)
+    result = SweepResult(
+        republished=republished, scheduled=scheduled, skipped_backlog=skipped, skipped_paused=held
+    )
     logger.info("maintenance.sweeper", extra=vars(result))
     return result
 

@@ -11,7 +11,7 @@ from jobs.services.dead_letters import (
     notify_staff,
     staff_ids,
 )
-from jobs.services.enqueue import enqueue, enqueue_many
+from jobs.services.enqueue import enqueue, enqueue_many, validate_priority
 from jobs.services.operator import job_cancel, job_retry
 from jobs.services.runs import (
     CLAIM_CLOCK_SKEW,
@@ -37,4 +37,5 @@ __all__ = [
     "notice_topic",
     "notify_staff",
     "staff_ids",
+    "validate_priority",
 ]

@@ -1,43 +1,32 @@
 """Bury dead jobs with their dead letter, and put notices in the operators' inboxes."""
 
 from django.contrib.auth import get_user_model
-from django.db import transaction
 from django.db.models import Q
-from django.utils import timezone
 
-from jobs.attempts import AppendAttempt, error_info
+from jobs.attempts import error_info
 from jobs.models import AuditLog, Job, JobReason, Notification
-from jobs.services.base import MAX_ERROR_LENGTH, S, log_job
+from jobs.services.base import S, log_job
 from jobs.signals import job_dead
-from jobs.transitions import transition
 
 
 def job_bury(
     where: Q, *, error: str, reason: JobReason = JobReason.PERMANENT, actor: str = "system"
 ) -> list[Job]:
-    """Move running jobs matching ``where`` to ``dead`` and deliver their dead letters.
+    """End the running jobs matching ``where`` ``dead`` with ``error``; return them as now.
 
-    For an operator or a test that ends runs by hand; a worker's runs end through
-    jobs.outcome. The dead letter is written in the same transaction as the state change.
+    For an operator or a test that ends runs by hand; each goes through jobs.completer like
+    any other end, so its dead letter is written in the same transaction as the change.
     """
-    with transaction.atomic():
-        moved = transition(
-            where,
-            S.DEAD,
-            from_=[S.RUNNING],
-            last_error=error[:MAX_ERROR_LENGTH],
-            reason=reason,
-            locked_by="",
-            attempts_history=AppendAttempt(
-                outcome=S.DEAD,
-                reason=reason,
-                error=error_info(None, message=error),
-                finished_at=timezone.now(),
-            ),
-        )
-        for job in moved:
-            dead_letter(job, actor=actor)
-    return moved
+    from jobs import completer
+    from jobs.outcome import Decision
+
+    decision = Decision(S.DEAD, reason, error=error_info(None, message=error))
+    ended = []
+    for job in Job.objects.filter(where, status=S.RUNNING):
+        done = completer.finish(decision, job, actor=actor)
+        if done is not None:
+            ended.append(done)
+    return ended
 
 
 def dead_letter(job: Job, *, actor: str) -> None:

@@ -11,6 +11,21 @@ from jobs.publish import publish_on_commit
 from jobs.services.base import log_job, logger
 from jobs.unique import Unique, check_rule, insert, stamp
 
+# Django's range for django.tasks priorities; higher runs first (jobs.statements' claim).
+MIN_PRIORITY, MAX_PRIORITY = -100, 100
+
+
+def validate_priority(priority) -> int:
+    """Return ``priority`` if it is an integer in −100…100; raise a clear ValueError if not."""
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise ValueError(f"a job's priority is an integer, not {type(priority).__name__}")
+    if not MIN_PRIORITY <= priority <= MAX_PRIORITY:
+        raise ValueError(
+            f"a job's priority is between {MIN_PRIORITY} and {MAX_PRIORITY} (higher runs "
+            f"first), not {priority}"
+        )
+    return priority
+
 
 def _task_defaults(task) -> tuple[str, str | None, int | None, Unique | None]:
     """Return (name, queue, declared max attempts, unique rule) of a task object or name."""
@@ -57,6 +72,7 @@ def _new_job(
 ) -> tuple[Job, Unique | None]:
     if payload is not None and not isinstance(payload, dict):
         raise ValueError(f"a job's payload is a dict, not {type(payload).__name__}")
+    validate_priority(priority)
     name, task_queue, task_max_attempts, rule = _task_defaults(task)
     job = Job(
         task=name,
@@ -86,9 +102,10 @@ def enqueue(
 ) -> Job:
     """Write a Job in the caller's transaction and publish its id once that commits.
 
-    A repeated ``idempotency_key`` returns the existing job instead of a new one. A unique
-    job (the task's ``unique`` rule, or ``unique=``) whose key is held by a live job returns
-    that job instead, with ``unique_conflict`` True (see jobs.unique).
+    ``priority`` (−100…100, higher first) orders the job among the runnable jobs of its
+    queue and task. A repeated ``idempotency_key`` returns the existing job instead of a new
+    one. A unique job (the task's ``unique`` rule, or ``unique=``) whose key is held by a live
+    job returns that job instead, with ``unique_conflict`` True (see jobs.unique).
     """
     now = timezone.now()
     job, declared = _new_job(

@@ -1,13 +1,13 @@
 """A run's life on a worker: claim, heartbeat, snooze, wake.
 
-How a run ends (succeeded, retrying, cancelled, dead) is decided and applied by
-jobs.outcome; the worker's fixed statements live in jobs.statements.
+How a run ends (succeeded, retrying, cancelled, dead) is decided by jobs.outcome and written
+by jobs.completer; the worker's fixed statements live in jobs.statements.
 """
 
 from django.db.models import Q
 from django.utils import timezone
 
-from jobs import conf, outcome, statements
+from jobs import completer, conf, outcome, statements
 from jobs.models import Job
 from jobs.publish import publish_on_commit
 from jobs.services.base import S, log_job, this_run
@@ -17,12 +17,15 @@ CLAIM_CLOCK_SKEW = statements.CLAIM_CLOCK_SKEW
 
 
 def job_claim(job_id: int, *, worker: str) -> Job | None:
-    """Take a due queued/retrying job for ``worker``: one UPDATE, attempts counted here.
+    """Claim job ``job_id`` itself for ``worker``: the worker's claim, narrowed to that job.
 
-    Returns None when someone else has it, it is finished, not due yet, or being cancelled.
+    For tests and tools that run one job by hand (a worker's message claims the best runnable
+    job of the queue instead); the queue's pause and limit apply. None if it is not runnable.
     """
+    from jobs.task import claim_exactly  # the task module imports these services
+
     task = Job.objects.filter(pk=job_id).values_list("task", flat=True).first()
-    job = statements.claim(job_id, task=task, worker=worker) if task else None
+    job = claim_exactly(job_id, task=task, worker=worker) if task else None
     if job is not None:
         log_job("job.claimed", job, worker=worker)
     return job
@@ -43,7 +46,7 @@ def job_snooze(job: Job, *, seconds: float, reason: str = "") -> Job | None:
     from jobs.errors import Snooze
 
     decision = outcome.decide(outcome.Event.raised(Snooze(seconds, reason)), job)
-    return outcome.apply(decision, job)
+    return completer.finish(decision, job)
 
 
 def job_wake(job_id: int) -> Job | None:

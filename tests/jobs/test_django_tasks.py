@@ -157,7 +157,7 @@ def task_backends_with_emails() -> dict:
 def test_the_backend_says_what_it_supports():
     backend = task_backends["default"]
     assert (backend.supports_defer, backend.supports_get_result) == (True, True)
-    assert backend.supports_async_task and not backend.supports_priority
+    assert backend.supports_async_task and backend.supports_priority
 
 
 def test_a_task_waiting_for_its_next_attempt_is_ready(transactional_db):

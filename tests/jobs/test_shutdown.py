@@ -50,7 +50,7 @@ def test_a_long_job_is_handed_back_at_once_and_runs_again_elsewhere(start_worker
     assert time.monotonic() - asked < 20  # the grace (2 s) plus the wind-down, not 60 s
     [entry] = job.attempts_history
     assert (entry["outcome"], entry["reason"]) == ("retrying", "worker_shutdown")
-    assert entry["error"]["class_path"] == "jobs.shutdown.WorkerShutdown"
+    assert entry["error"]["class_path"] == "jobs.errors.WorkerShutdown"
 
     second = start_worker(concurrency=1)
     # The hand-back's doorbell is published while the stopping worker still holds its broker

@@ -1,0 +1,160 @@
+"""The only writer of a run's end: every success, retry, snooze, dead, cancel, lost, reaped and
+handed-back run is written here.
+
+jobs.outcome decides what becomes of a run; ``finish(decision, job)`` makes it so with one
+fenced statement (jobs.statements: the run's id, attempt and worker, per vendor), appending
+the attempt to the job's history in that same statement. Then, in the same transaction, it
+announces the end: a log line, a retry published once the change commits, a dead job's dead
+letter. A run whose end is refused because a cancel was asked for meanwhile ends
+``cancelled`` instead, never retried; a run that is no longer ``job``'s (the reaper or an
+operator got there first) is left alone and ``finish`` returns None.
+
+In a batch the task folds a success into the claim of the next job
+(``succeed_and_claim``): one statement on PostgreSQL for both.
+"""
+
+import json
+from datetime import datetime
+
+from django.db import transaction
+from django.utils import timezone
+
+from jobs import attempts, conf, statements
+from jobs.models import Job, JobReason, JobStatus
+from jobs.outcome import Decision
+from jobs.publish import publish_on_commit
+from jobs.queues import ring
+from jobs.services.base import MAX_ERROR_LENGTH, log_job
+
+R = JobReason
+S = JobStatus
+
+
+def ending(decision: Decision, *, lease_expired_before: datetime | None = None):
+    """Translate ``decision`` into the column values its statement writes."""
+    error = decision.error
+    result = decision.result
+    if decision.status == S.CANCELLED and result is not None and not isinstance(result, str):
+        result = json.dumps(result)
+    keeps_result = decision.status in (S.SUCCEEDED, S.CANCELLED)
+    return statements.Ending(
+        status=decision.status,
+        reason=decision.reason,
+        result=result if keeps_result else None,
+        last_error=attempts.describe(error)[:MAX_ERROR_LENGTH] if error is not None else None,
+        run_after=decision.run_after if decision.status == S.RETRYING else None,
+        refund=decision.refund,
+        recorded=decision.recorded,
+        error=error,
+        cancels=decision.status == S.CANCELLED,
+        lease_expired_before=lease_expired_before,
+    )
+
+
+def finish(
+    decision: Decision,
+    job: Job,
+    *,
+    lease_expired_before: datetime | None = None,
+    actor: str = "system",
+) -> Job | None:
+    """End the run of ``job`` as ``decision`` says; return the job as it is now, or None.
+
+    ``lease_expired_before`` (the reaper) also requires the lease to have run out by then;
+    ``actor`` signs a dead letter.
+    """
+    end = ending(decision, lease_expired_before=lease_expired_before)
+    if decision.status == S.SUCCEEDED:  # the hot path: one statement, nothing to announce
+        done = statements.end(job, end)
+        if done is None:
+            return _cancelled_meanwhile(decision, job, lease_expired_before)
+        _ring_if_limited(done)
+        return done
+    with transaction.atomic():
+        done = statements.end(job, end)
+        if done is None:
+            return _cancelled_meanwhile(decision, job, lease_expired_before)
+        _announce(done, decision, actor=actor)
+        _ring_if_limited(done)
+    return done
+
+
+def succeed(job: Job, encoded: str) -> bool:
+    """Write the success of ``job``'s run (inside an atomic body's transaction); False if refused.
+
+    A refused success is left to ``finish`` once that transaction is rolled back.
+    """
+    return statements.end(job, ending(Decision(S.SUCCEEDED, result=encoded))) is not None
+
+
+def succeed_and_claim(
+    done: Job, encoded: str, job_id: int, *, task: str, worker: str
+) -> tuple[Job | None, Job | None]:
+    """Write ``done``'s success and claim ``job_id`` (one statement on PostgreSQL).
+
+    Return ``(done's job as it ended or None, the claimed job or None)``; a success refused
+    because of a cancel asked for meanwhile ends the run cancelled.
+    """
+    decision = Decision(S.SUCCEEDED, result=encoded)
+    ended, claimed = statements.end_and_claim(
+        done, ending(decision), job_id, task=task, worker=worker
+    )
+    if ended:
+        return done, claimed
+    return _cancelled_meanwhile(decision, done, None), claimed
+
+
+def log_success(job: Job) -> None:
+    """Log a success, if ``CONVEYOR_JOB_LOG_SUCCESS`` asks for it."""
+    if conf.get().log_success:
+        log_job("job.succeeded", job)
+
+
+def _cancelled_meanwhile(
+    decision: Decision, job: Job, lease_expired_before: datetime | None
+) -> Job | None:
+    """End the run ``cancelled`` if a cancel was asked for since it was claimed, else None.
+
+    A cancel request reaches a running body only through its lease keeper or a heartbeat,
+    so the run's end may be decided before the body heard of it; the fenced UPDATE then
+    finds ``cancel_requested_at`` set, and the run ends cancelled after all, never retried.
+    """
+    if decision.status == S.CANCELLED:
+        log_job("job.outcome_lost", job, status=decision.status, reason=decision.reason)
+        return None
+    result = decision.result if decision.status == S.SUCCEEDED else None
+    cancelled = Decision(S.CANCELLED, R.CANCELLED, error=decision.error, result=result)
+    with transaction.atomic():
+        done = statements.end(job, ending(cancelled, lease_expired_before=lease_expired_before))
+        if done is None:
+            log_job("job.outcome_lost", job, status=decision.status, reason=decision.reason)
+            return None
+        _announce(done, cancelled)
+        _ring_if_limited(done)
+    return done
+
+
+def _ring_if_limited(job: Job) -> None:
+    """A run of a limited queue ended: a slot is free, so ring for its best due job now.
+
+    Its held-back jobs' own doorbells were dropped while the queue was full; without this
+    they would wait for the sweeper.
+    """
+    if job.queue in conf.get().queue_concurrency:
+        transaction.on_commit(lambda: ring(job.queue, limit=1), robust=True)
+
+
+def _announce(job: Job, decision: Decision, *, actor: str = "system") -> None:
+    """Log the end; publish a retry on commit; deliver a dead letter."""
+    fields = {"reason": decision.reason, "error": job.last_error[:300]}
+    if decision.status == S.RETRYING:
+        delay = max(0.0, (job.run_after - timezone.now()).total_seconds())
+        event = "job.snoozed" if decision.reason == R.SNOOZED else "job.fail_retry"
+        log_job(event, job, delay=round(delay, 3), **fields)
+        publish_on_commit([job])
+    elif decision.status == S.CANCELLED:
+        log_job("job.cancelled", job, **fields)
+    elif decision.status == S.DEAD:
+        from jobs.services.dead_letters import dead_letter
+
+        dead_letter(job, actor=actor)

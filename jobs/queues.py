@@ -1,0 +1,152 @@
+"""Queues as operators see them: the declared ones, pause and resume, use and limits.
+
+A queue is declared by project.celery (Conveyor's own queues and those ``TASKS`` entries on
+Conveyor's backend name). Its state is a ``QueueState`` row:
+
+* ``pause(name)`` stops every claim of the queue's jobs: it locks the row the claim reads in
+  the same statement (jobs.statements), so when it returns no job of the queue starts
+  anywhere; runs already under way finish. Doorbells that arrive meanwhile are dropped.
+* ``resume(name)`` clears it and, once that commits, rings a doorbell for every due job of
+  the queue, so the backlog drains at once rather than at the next sweep.
+
+Both are recorded in the AuditLog (``queue.pause`` / ``queue.resume``). A queue's limit is
+``CONVEYOR_QUEUE_CONCURRENCY`` (jobs.conf): the most of its jobs running at once everywhere.
+"""
+
+import logging
+
+from celery import signals
+from django.db import close_old_connections, transaction
+from django.utils import timezone
+
+from jobs import conf
+from jobs.models import PENDING, AuditLog, Job, JobStatus, QueueState
+from jobs.publish import publish
+
+logger = logging.getLogger("jobs")
+
+
+class UnknownQueue(LookupError):
+    """No queue of that name is declared."""
+
+
+def declared() -> tuple[str, ...]:
+    """Return the names of every declared queue, Conveyor's own first."""
+    from project.celery import QUEUES, django_task_queues
+
+    return QUEUES + django_task_queues()
+
+
+def _require_declared(name: str) -> None:
+    if name not in declared():
+        raise UnknownQueue(f"no queue named {name!r} is declared")
+
+
+def ensure_states(names=None) -> None:
+    """Create the state rows of ``names`` (default: every declared queue) that are missing."""
+    now = timezone.now()
+    rows = [QueueState(name=name, updated_at=now) for name in (names or declared())]
+    QueueState.objects.bulk_create(rows, ignore_conflicts=True)
+
+
+def pause(name: str, *, actor: str) -> dict:
+    """Pause queue ``name``: once this returns, none of its jobs starts; return its state."""
+    return _set_paused(name, paused=True, actor=actor)
+
+
+def resume(name: str, *, actor: str) -> dict:
+    """Resume queue ``name`` and ring for its due jobs once that commits; return its state."""
+    return _set_paused(name, paused=False, actor=actor)
+
+
+def _set_paused(name: str, *, paused: bool, actor: str) -> dict:
+    _require_declared(name)
+    ensure_states([name])  # committed before the lock: a claim locks only an existing row
+    now = timezone.now()
+    with transaction.atomic():
+        # FOR UPDATE waits for every claim that holds the row (FOR KEY SHARE) to commit.
+        state = QueueState.objects.select_for_update().get(name=name)
+        was_paused = state.paused_at is not None
+        if paused and not was_paused:
+            state.paused_at, state.paused_by = now, actor
+        elif not paused:
+            state.paused_at, state.paused_by = None, ""
+        state.updated_at = now
+        state.save(update_fields=["paused_at", "paused_by", "updated_at"])
+        action = "queue.pause" if paused else "queue.resume"
+        AuditLog.objects.create(
+            actor=actor,
+            action=action,
+            target_type="queue",
+            target_id=name,
+            details={"was_paused": was_paused},
+        )
+        if not paused:
+            transaction.on_commit(lambda: ring(name), robust=True)
+    logger.info(action, extra={"queue": name, "actor": actor, "was_paused": was_paused})
+    return describe([name])[0]
+
+
+def ring(name: str, *, limit: int | None = None) -> int:
+    """Publish doorbells for queue ``name``'s due jobs (the best ``limit`` of them)."""
+    due = Job.objects.filter(queue=name, status__in=PENDING, run_after__lte=timezone.now())
+    jobs = due.only("id", "task", "queue", "run_after").order_by("-priority", "run_after", "id")
+    return publish(list(jobs[:limit] if limit is not None else jobs))
+
+
+def paused_names() -> set[str]:
+    """Return the names of the paused queues."""
+    paused = QueueState.objects.filter(paused_at__isnull=False).order_by()
+    return set(paused.values_list("name", flat=True))
+
+
+def use(names) -> dict[str, tuple[int, int]]:
+    """Return ``{queue: (running, waiting)}`` from the engine's accounting (jobs.accounting).
+
+    Waiting is ``queued`` plus ``retrying``. The claim's own limit check counts running rows
+    in its statement instead (it must see its transaction's snapshot); this is for reading.
+    """
+    from jobs.accounting import counts
+
+    found = {name: [0, 0] for name in names}
+    for (queue, _, status), n in counts.read().items():
+        if queue in found and status == JobStatus.RUNNING:
+            found[queue][0] += n
+        elif queue in found and status in PENDING:
+            found[queue][1] += n
+    return {name: (running, waiting) for name, (running, waiting) in found.items()}
+
+
+def describe(names=None) -> list[dict]:
+    """Return each queue (default: every declared one) as the queues API shows it."""
+    names = list(names or declared())
+    states = {state.name: state for state in QueueState.objects.filter(name__in=names)}
+    counts = use(names)
+    limits = conf.get().queue_concurrency
+    found = []
+    for name in names:
+        state = states.get(name)
+        paused_at = state.paused_at if state else None
+        running, queued = counts[name]
+        found.append(
+            {
+                "name": name,
+                "paused": paused_at is not None,
+                "paused_at": paused_at,
+                "paused_by": state.paused_by if state and paused_at else "",
+                "concurrency_limit": limits.get(name),
+                "running": running,
+                "queued": queued,
+            }
+        )
+    return found
+
+
+@signals.worker_ready.connect(dispatch_uid="jobs.queues.ensure_states")
+def _ensure_states_at_start(sender=None, **kwargs) -> None:
+    """Create the declared queues' state rows before this worker claims anything."""
+    try:
+        close_old_connections()
+        ensure_states()
+    except Exception:  # a worker must start even if this fails; a pause creates its row
+        logger.exception("queue.ensure_states_failed")
