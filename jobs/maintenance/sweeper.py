@@ -38,6 +38,9 @@ from jobs.services import log_job
 logger = logging.getLogger("jobs.maintenance")
 BATCH_SIZE = 1000
 MAX_BACKOFF_DOUBLINGS = 5
+# A scheduled job is published by the first run after it comes within the publish horizon;
+# runs look back this far for such jobs (five runs at the default interval).
+COMING_DUE_WINDOW = timedelta(minutes=5)
 NOT_FOUND = "404"  # the AMQP reply code of a passive declare of a missing queue
 # What publish() (task, queue, run_after), log_job() (task, queue, attempts) and the spacing
 # (published_at, publish_count) read; a deferred field read later would cost a query per job.
@@ -138,12 +141,17 @@ def _mark_published(jobs: list[Job], now) -> None:
 
 
 def _publish_coming_due(now) -> int:
-    """Publish scheduled jobs that were beyond the horizon at enqueue and are now within it."""
+    """Publish scheduled jobs that were beyond the horizon at enqueue and are now within it.
+
+    Only the jobs that crossed into the horizon within the last ``COMING_DUE_WINDOW`` are
+    read, so a run costs the same however many jobs wait further inside it. One that crossed
+    while the sweeper was stopped for longer is re-sent as overdue once due (``_candidates``).
+    """
     horizon = now + timedelta(seconds=SCHEDULE_HORIZON_SECONDS)
     jobs = list(
         Job.objects.filter(
             status__in=PENDING,
-            run_after__gt=now,
+            run_after__gt=max(now, horizon - COMING_DUE_WINDOW),
             run_after__lte=horizon,
             published_at__lt=F("run_after") - timedelta(seconds=SCHEDULE_HORIZON_SECONDS),
         )

@@ -156,13 +156,19 @@ def test_the_sweeper_reads_only_the_columns_it_needs_and_still_publishes_each_jo
     from project.celery import app
 
     long_ago = timezone.now() - timedelta(minutes=10)
-    soon = timezone.now() + timedelta(minutes=5)
+    soon = timezone.now() + timedelta(minutes=28)  # came within the 30-minute horizon lately
     overdue = [
         make(S.QUEUED, run_after=long_ago, payload={"big": "x" * 1000}),
         make(S.RETRYING, run_after=long_ago, attempts=2, attempts_history=[{"attempt": 1}]),
     ]
     # Beyond the horizon when published, now within it: published with its countdown.
     coming = make(S.QUEUED, run_after=soon, published_at=soon - timedelta(hours=1))
+    # Crossed into it 25 minutes ago, while no sweeper ran: left to the overdue re-send.
+    missed = make(
+        S.QUEUED,
+        run_after=timezone.now() + timedelta(minutes=5),
+        published_at=timezone.now() - timedelta(minutes=55),
+    )
     purge_broker()
 
     with CaptureQueriesContext(connection) as queries:
@@ -170,7 +176,9 @@ def test_the_sweeper_reads_only_the_columns_it_needs_and_still_publishes_each_jo
 
     assert (result.republished, result.scheduled) == (2, 1)
     reads = [
-        q["sql"] for q in queries.captured_queries if q["sql"].lstrip("(").startswith("SELECT")
+        q["sql"]
+        for q in queries.captured_queries
+        if q["sql"].lstrip("(").startswith("SELECT") and '"jobs_job"' in q["sql"]
     ]
     assert len(reads) == 2, reads  # the overdue and the coming-due rows; no per-job fetch
     for sql in reads:
@@ -182,6 +190,7 @@ def test_the_sweeper_reads_only_the_columns_it_needs_and_still_publishes_each_jo
     published = Job.objects.filter(pk__in=[j.pk for j in [*overdue, coming]])
     assert all(job.published_at is not None for job in published)
     assert [j.publish_count for j in published.order_by("pk")] == [1, 1, 1]
+    assert Job.objects.get(pk=missed.pk).publish_count == 0
 
 
 @pytest.mark.django_db
