@@ -37,7 +37,7 @@ def configure_environment(**extra: str) -> dict:
         **extra,
     }
     os.environ.update(env)
-    (ROOT / "var" / "bench").mkdir(parents=True, exist_ok=True)
+    (ROOT / "var" / "bench").mkdir(mode=0o700, parents=True, exist_ok=True)  # private, as var/
     return dict(os.environ)
 
 
