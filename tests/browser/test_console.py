@@ -74,9 +74,10 @@ def test_dashboard_counts_match_the_database_and_follow_running_jobs(admin_page,
     assert not_reloaded(page)
     assert WorkerHeartbeat.objects.filter(name__startswith=worker.name).exists()
     # The chart comes from the per-minute rollup, refreshed by the worker's account_jobs run.
-    page.wait_for_function(
+    wait_for_js(
+        page,
         "(document.querySelector('#dashboard-chart svg').getAttribute('aria-label') || '')"
-        ".includes('4 succeeded')"
+        ".includes('4 succeeded')",
     )
     assert page.evaluate(
         "[...document.querySelectorAll('script[src],link[href],img[src]')]"

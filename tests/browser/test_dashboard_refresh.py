@@ -5,6 +5,7 @@ from django.db import transaction
 from jobs.models import Job, JobStatus
 from jobs.services import enqueue
 from tests.browser.test_console import HEARTBEAT, mark_page, not_reloaded
+from tests.browser.waiting import wait_for_js
 from tests.processes import wait_until
 
 
@@ -21,18 +22,20 @@ def test_the_dashboard_refreshes_in_place_from_its_json_endpoint(admin_page, sta
     with transaction.atomic():
         for _ in range(3):
             enqueue("tests.record", {}, queue="default")
-    page.wait_for_function(
-        "document.querySelector('tr[data-queue=default] [data-stat=queued]').textContent === '3'"
+    wait_for_js(
+        page,
+        "document.querySelector('tr[data-queue=default] [data-stat=queued]').textContent === '3'",
     )
     start_worker(queues="default", concurrency=1, env=HEARTBEAT)
     wait_until(
         lambda: Job.objects.filter(status=JobStatus.SUCCEEDED).count() == 3,
         message="the jobs to run",
     )
-    page.wait_for_function(
+    wait_for_js(
+        page,
         "document.querySelector('tr[data-queue=default] [data-stat=queued]').textContent === '0'"
         " && (document.querySelector('#dashboard-chart svg').getAttribute('aria-label') || '')"
-        ".includes('3 succeeded')"
+        ".includes('3 succeeded')",
     )
     assert not_reloaded(page)
     later = [url for url in requested[loaded:] if "/admin/" in url]

@@ -104,8 +104,8 @@ def test_web_killed_during_an_idempotent_burst(chaos, worker_env, tmp_path, summ
     assert all(len(ids) == 1 for ids in answers.values()), "a key answered two deployments"
     rows = list(Deployment.objects.filter(project=project).values_list("idempotency_key", "pk"))
     per_key = defaultdict(list)
-    for key, pk in rows:
-        per_key[key].append(pk)
+    for key, pk in rows:  # stored per token: "<token id>:<key>"
+        per_key[key.split(":", 1)[1]].append(pk)
     duplicated = sum(1 for pks in per_key.values() if len(pks) > 1)
     assert duplicated == 0 and len(per_key) == KEYS
     assert {key: {pks[0]} for key, pks in per_key.items()} == dict(answers)
