@@ -377,7 +377,7 @@ class DeliveryAdmin(ConveyorModelAdmin):
                 attempts=list(delivery.attempts.order_by("id")),
                 can_replay=self.has_replay_permission(request)
                 and delivery.status != DeliveryStatus.PENDING,
-                title=f"Delivery {delivery.pk}: {delivery.event.type} to {delivery.endpoint.url}",
+                title=f"Delivery {delivery.pk}: {delivery.event.type} to {delivery.endpoint}",
             )
         return super().change_view(request, object_id, form_url, extra)
 
