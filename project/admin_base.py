@@ -20,7 +20,9 @@ registry to make sure, including admins added later.
 
 from django.contrib import admin
 from django.contrib.admin.filters import ListFilter, SimpleListFilter
+from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.utils import NotRelationField, get_fields_from_path
+from django.contrib.admin.views.main import ChangeList
 from django.contrib.admin.widgets import url_params_from_lookup_dict
 from django.core.exceptions import FieldDoesNotExist
 from django.db.models.constants import LOOKUP_SEP
@@ -49,6 +51,18 @@ def _filter_suffix_allowed(model, path: str, suffix: str) -> bool:
         return False
     related = field.related_model if field.is_relation else None
     return related is not None and parts[0] in ("pk", related._meta.pk.name)
+
+
+class ConveyorChangeList(ChangeList):
+    """A ChangeList that answers a date no date can hold as a bad filter, not a 500."""
+
+    def get_filters(self, request):
+        # Django builds the date hierarchy's bounds from the query string unguarded:
+        # ?created_at__year=99999999999 overflows, year 9999 has no following year.
+        try:
+            return super().get_filters(request)
+        except (ValueError, OverflowError) as exc:
+            raise IncorrectLookupParameters(exc) from exc
 
 
 class ConveyorAdminMixin:
@@ -98,6 +112,10 @@ class ConveyorAdminMixin:
             if (lookup, value) in url_params_from_lookup_dict(fk_lookup).items():
                 return True
         return False
+
+    def get_changelist(self, request, **kwargs):
+        """Return the ChangeList that refuses impossible dates (subclass it to extend)."""
+        return ConveyorChangeList
 
     def get_search_fields(self, request):
         """Return the declared search fields minus any that reaches a secret field."""
