@@ -9,7 +9,8 @@ view-only user could ask ``?secret__startswith=whsec_t8`` and read the answer in
 * the lookups listed in ``extra_lookups`` (links the console itself makes, e.g. the
   dashboard's "dead in the last hour");
 
-and never a lookup, search field or filter that reaches a secret field
+never facet counts (``?_facets=1`` counts every choice over the whole table), and never a
+lookup, search field or filter that reaches a secret field
 (``project.secret_fields``), even through a relation. An action without
 ``allowed_permissions`` is not offered (third-party actions declare none: they would run
 for any staff user who can see the list).
@@ -70,6 +71,9 @@ class ConveyorAdminMixin:
 
     #: Lookups allowed beyond the list filters' own: links the console builds.
     extra_lookups: tuple[str, ...] = ()
+    # Django lets any viewer add ?_facets=1: a count per filter choice over every matching
+    # row on each page view, which on the job, delivery and log tables is a full scan.
+    show_facets = admin.ShowFacets.NEVER
 
     def _declared_filter_paths(self, request) -> tuple[set[str], set[str]]:
         paths, parameters = set(), set()
