@@ -4,6 +4,7 @@ Cancel and retry are admin actions that call the same services as the API.
 """
 
 from django.contrib import admin, messages
+from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
 from django.http import JsonResponse
 from django.shortcuts import get_object_or_404, redirect
@@ -158,9 +159,9 @@ class DeploymentAdmin(ApprovalAdminMixin, ConveyorModelAdmin):
         ]
 
     def change_view(self, request, object_id, form_url="", extra_context=None):
-        deployment = get_object_or_404(
-            Deployment.objects.select_related("project", "retry_of"), pk=object_id
-        )
+        deployment = self.get_object(request, unquote(object_id))
+        if deployment is None:  # no such deployment, or not an id: Django's redirect
+            return super().change_view(request, object_id, form_url, extra_context)
         size = selectors.deployment_log_size(deployment=deployment)
         start = max(0, size - LOG_TAIL_BYTES)
         tail = selectors.deployment_logs(

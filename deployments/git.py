@@ -139,8 +139,28 @@ def git(
     return out.decode(errors="replace")
 
 
+class AmbiguousRef(GitError):
+    """A name that is both a branch and a tag of different commits (git would take the tag)."""
+
+
 def resolve(repo: Path, ref: str) -> str | None:
-    """Return the full commit sha ``ref`` names in ``repo``, or None."""
+    """Return the full commit sha ``ref`` names in ``repo``, or None.
+
+    Raises AmbiguousRef when ``ref`` names both a branch and a tag of different commits:
+    git would pick the tag, so whoever may push a tag could deploy an unreviewed commit in
+    the place of a branch an environment's ``refs`` rule admits.
+    """
+    branch = _commit_of(repo, f"refs/heads/{ref}")
+    tag = _commit_of(repo, f"refs/tags/{ref}")
+    if branch and tag and branch != tag:
+        raise AmbiguousRef(
+            f"{ref!r} names both a branch and a tag of different commits (git would take "
+            "the tag); rename or delete one of them"
+        )
+    return _commit_of(repo, ref)
+
+
+def _commit_of(repo: Path, ref: str) -> str | None:
     try:
         return (
             git(

@@ -7,10 +7,10 @@ delivery is retried or cancelled by its owner's rules, and the list shows the ow
 import json
 
 from django.contrib import admin, messages
-from django.contrib.admin.views.main import ChangeList
+from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
-from django.shortcuts import get_object_or_404, redirect
+from django.shortcuts import redirect
 from django.urls import path
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
@@ -29,7 +29,7 @@ from jobs.models import (
 )
 from jobs.permissions import allowed
 from jobs.selectors import OVERDUE_INTERVALS, maintenance_status
-from project.admin_base import ConveyorModelAdmin
+from project.admin_base import ConveyorChangeList, ConveyorModelAdmin
 from project.admin_permissions import permission_check
 
 
@@ -94,7 +94,7 @@ class OwnerFilter(admin.SimpleListFilter):
         return queryset
 
 
-class JobChangeList(ChangeList):
+class JobChangeList(ConveyorChangeList):
     """Looks up the owners of a page of jobs in one query per owning app."""
 
     def get_results(self, request):
@@ -208,7 +208,9 @@ class JobAdmin(ConveyorModelAdmin):
         ]
 
     def change_view(self, request, object_id, form_url="", extra_context=None):
-        job = get_object_or_404(Job, pk=object_id)
+        job = self.get_object(request, unquote(object_id))
+        if job is None:  # no such job, or not an id at all: Django's "does not exist" redirect
+            return super().change_view(request, object_id, form_url, extra_context)
         owner = owners.owner_of(job.task)
         extra = {
             "can_retry": job.status in (JobStatus.DEAD, JobStatus.CANCELLED)

@@ -22,7 +22,7 @@ EXACT_COUNT_CAP = 10_000
 # The changelist's query-string keys that the accounting answers exactly, and the keys that
 # change the page, not the set of rows.
 ACCOUNTED_FILTERS = {"status__exact": 2, "queue": 0, "task": 1}
-NOT_FILTERS = {"p", "o", "e", "all", "_to_field", "_popup"}
+NOT_FILTERS = {"p", "o", "e", "all", "_to_field", "_popup", "_facets"}
 
 
 class ApproximateCount(int):

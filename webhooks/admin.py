@@ -4,6 +4,7 @@ from datetime import timedelta
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
 from django.db.models import Avg, Count, Max, Q
 from django.shortcuts import get_object_or_404, redirect
@@ -147,7 +148,7 @@ class EndpointAdmin(ConveyorModelAdmin):
         ]
 
     def change_view(self, request, object_id, form_url="", extra_context=None):
-        endpoint = Endpoint.objects.filter(pk=object_id).first()
+        endpoint = self.get_object(request, unquote(object_id))  # None for a malformed id
         extra = dict(extra_context or {})
         if endpoint is not None:
             extra.update(
@@ -369,7 +370,7 @@ class DeliveryAdmin(ConveyorModelAdmin):
         ]
 
     def change_view(self, request, object_id, form_url="", extra_context=None):
-        delivery = Delivery.objects.filter(pk=object_id).first()
+        delivery = self.get_object(request, unquote(object_id))  # None for a malformed id
         extra = dict(extra_context or {})
         if delivery is not None:
             extra.update(
@@ -377,7 +378,7 @@ class DeliveryAdmin(ConveyorModelAdmin):
                 attempts=list(delivery.attempts.order_by("id")),
                 can_replay=self.has_replay_permission(request)
                 and delivery.status != DeliveryStatus.PENDING,
-                title=f"Delivery {delivery.pk}: {delivery.event.type} to {delivery.endpoint.url}",
+                title=f"Delivery {delivery.pk}: {delivery.event.type} to {delivery.endpoint}",
             )
         return super().change_view(request, object_id, form_url, extra)
 

@@ -35,7 +35,8 @@ def _describe(jobs: list[Job]) -> dict[int, owners.OwnerInfo]:
         described[job_id] = owners.OwnerInfo(
             kind="delivery",
             id=delivery.pk,
-            label=f"delivery {delivery.pk} ({delivery.event.type} → {delivery.endpoint.url})",
+            # The endpoint by its name, never its URL: whoever may see jobs sees this label.
+            label=f"delivery {delivery.pk} ({delivery.event.type} → {delivery.endpoint})",
             status=delivery.status,
             url=reverse("admin:webhooks_delivery_change", args=[delivery.pk]),
             failed=delivery.status == DeliveryStatus.DEAD,

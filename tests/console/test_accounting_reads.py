@@ -166,6 +166,16 @@ def test_the_changelist_counts_from_the_accounting(admin_user, jobs, query):
     assert "created_at__" not in response.content.decode()  # no date hierarchy
 
 
+def test_no_viewer_can_ask_for_facet_counts_over_the_job_table(admin_user, jobs):
+    # Django lets anyone who sees a list add ?_facets=1: a count per filter choice over
+    # every matching row, on each page view (a full scan of jobs_job at any size).
+    with CaptureQueriesContext(connection) as queries:
+        response = client(admin_user).get("/admin/jobs/job/?_facets=1")
+    assert response.status_code == 200
+    assert job_table_scans(queries) == []
+    assert result_count(response.content.decode()) == f"{Job.objects.count()} jobs"
+
+
 def test_the_changelist_counts_other_filters_capped_then_estimates(admin_user, jobs, monkeypatch):
     Job.objects.filter(status=S.DEAD).update(reason="permanent")
     response = client(admin_user).get("/admin/jobs/job/?reason=permanent")

@@ -55,3 +55,30 @@ def test_an_unknown_ref_fails_the_deployment_with_git_error(make_project, deploy
     assert done.failure_reason == FailureReason.GIT_ERROR
     assert "no-such-branch" in log_text(done) and done.started_at is not None
     assert [r.status for r in done.step_runs.all()] == ["skipped"]
+
+
+def test_a_tag_named_like_a_branch_does_not_deploy_in_the_branchs_place(
+    make_project, deploy_worker, git_repo
+):
+    # git prefers refs/tags/main to refs/heads/main, so whoever may push a tag could deploy
+    # an unreviewed commit to an environment whose refs rule admits only the main branch.
+    from deployments.models import Environment
+
+    main_sha = run_git(git_repo, "rev-parse", "HEAD")
+    run_git(git_repo, "checkout", "--quiet", "-b", "unreviewed")
+    unreviewed_sha = commit(git_repo, "evil")
+    run_git(git_repo, "tag", "main", unreviewed_sha)
+    run_git(git_repo, "checkout", "--quiet", "main")
+    project = make_project(
+        repo=str(git_repo), pipelines={"default": [{"name": "show", "command": SHOW}]}
+    )
+    Environment.objects.create(project=project, name="production", refs=["main"])
+    deploy_worker()
+
+    deployment = deployment_create(project=project, environment="production", ref="main")
+    deployment = wait_for(deployment, "success", "failed")
+    assert deployment.commit_sha != unreviewed_sha
+    assert "version=evil" not in log_text(deployment)
+    assert deployment.status == "failed"
+    assert "names both a branch and a tag" in deployment.error
+    assert deployment.commit_sha in ("", None, main_sha)

@@ -100,3 +100,28 @@ def test_the_delivery_list_names_endpoints_without_their_url(delivered, django_u
     body = response.content.decode()
     assert f"Endpoint {endpoint.pk} (chat channel)" in body  # the endpoint filter's choice
     assert SECRET_PATH not in body
+
+
+def test_job_and_delivery_pages_name_the_endpoint_without_its_url(delivered, django_user_model):
+    # Whoever may view jobs (or deliveries) but not endpoints reads no endpoint URL in a
+    # delivery job's owner link or a delivery page's title.
+    _, _, endpoint = delivered
+    delivery = Delivery.objects.get(endpoint=endpoint)
+    pages = {
+        "view_job": [
+            "/admin/jobs/job/",
+            f"/admin/jobs/job/{delivery.job_id}/change/",
+        ],
+        "view_delivery": [f"/admin/webhooks/delivery/{delivery.pk}/change/"],
+    }
+    for codename, urls in pages.items():
+        client = _staff(django_user_model, codename, codename)
+        for url in urls:
+            response = client.get(url)
+            assert response.status_code == 200, url
+            body = response.content.decode()
+            assert f"Endpoint {endpoint.pk} (chat channel)" in body, url
+            if codename == "view_job":
+                assert "/services/" not in body, url
+            else:  # the attempts (the receiver's own answer) are the page; the title is not
+                assert "/services/" not in body.split("</title>")[0], url
