@@ -49,7 +49,7 @@ def make(status: str, finished_at=None, **fields) -> Job:
 
 
 @pytest.mark.django_db
-def test_each_final_status_goes_exactly_past_its_own_cutoff(vendor, cutoffs):
+def test_each_final_status_goes_exactly_past_its_own_cutoff(cutoffs, vendor):
     doomed, kept = [], []
     for status, cutoff in cutoffs.items():
         doomed += [make(status, cutoff - timedelta(minutes=1)), make(status, cutoff - SECOND)]
@@ -65,7 +65,7 @@ def test_each_final_status_goes_exactly_past_its_own_cutoff(vendor, cutoffs):
 
 
 @pytest.mark.django_db
-def test_a_webhook_delivery_keeps_its_row_and_loses_its_link_to_a_purged_job(vendor, cutoffs):
+def test_a_webhook_delivery_keeps_its_row_and_loses_its_link_to_a_purged_job(cutoffs, vendor):
     event = Event.objects.create(type="job.dead", body="{}", created_at=NOW)
     expired = make(S.SUCCEEDED, cutoffs[S.SUCCEEDED] - SECOND)
     young = make(S.SUCCEEDED, NOW)

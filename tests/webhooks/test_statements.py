@@ -35,7 +35,7 @@ def attempt_row(delivery: Delivery, **fields) -> DeliveryAttempt:
     return DeliveryAttempt(delivery_id=delivery.pk, **{**values, **fields})
 
 
-def test_all_statements_are_written_and_the_last_ones_rowcount_is_returned(vendor, delivery):
+def test_all_statements_are_written_and_the_last_ones_rowcount_is_returned(delivery, vendor):
     writes = [
         statements.insert(attempt_row(delivery, status_code=204, address="10.0.0.7")),
         statements.update(Endpoint.objects.filter(pk=delivery.endpoint_id), {"description": "x"}),
@@ -54,7 +54,7 @@ def test_all_statements_are_written_and_the_last_ones_rowcount_is_returned(vendo
     assert Delivery.objects.get(pk=delivery.pk).last_status_code == 204
 
 
-def test_nothing_is_written_when_one_statement_fails(vendor, delivery):
+def test_nothing_is_written_when_one_statement_fails(delivery, vendor):
     writes = [
         statements.insert(attempt_row(delivery)),
         statements.update(Delivery.objects.filter(pk=delivery.pk), {"status": "lost"}),
@@ -65,7 +65,7 @@ def test_nothing_is_written_when_one_statement_fails(vendor, delivery):
     assert Delivery.objects.get(pk=delivery.pk).status == DeliveryStatus.PENDING
 
 
-def test_a_statement_that_matches_nothing_returns_zero(vendor, delivery):
+def test_a_statement_that_matches_nothing_returns_zero(delivery, vendor):
     writes = [statements.update(Delivery.objects.filter(pk=delivery.pk + 1000), {"replays": 1})]
     assert statements.execute_together(writes) == 0
 
