@@ -19,10 +19,6 @@ class QueueStateAdmin(ConveyorModelAdmin):
 
     has_pause_queue_permission = permission_check("pause_queue")
 
-    def changelist_view(self, request, extra_context=None):
-        queues.ensure_states()  # a declared queue shows even before anyone paused it
-        return super().changelist_view(request, extra_context)
-
     def has_add_permission(self, request) -> bool:
         return False
 
