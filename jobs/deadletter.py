@@ -4,7 +4,8 @@ A job body's own exceptions never reach Celery (JobTask hands them to jobs.outco
 is a pool child that died under a message (``kill -9``, the OOM killer) or went past its hard
 time limit: Celery reports ``WorkerLostError`` / ``TimeLimitExceeded`` from the worker's parent
 process, and has already acknowledged the message, so the broker will never deliver it again.
-Here every job of that message is recovered at once: the run the dead child held (found by
+Here every job of that message is recovered at once (past a time limit, once the pool has
+killed the child): the run the dead child held (found by
 its holder, ``<node>/<pid>`` of a process that is gone) is decided by jobs.outcome and written
 by jobs.completer (retrying, or dead once its attempts are spent; the attempt was counted at
 claim), and the doorbells of a batch it had not reached yet are rung again for the queue.
@@ -13,12 +14,13 @@ completion whose statement failed): the run it held ends with that error.
 """
 
 import logging
+import threading
 import time
 from pathlib import Path
 
 from billiard.exceptions import TimeLimitExceeded, WorkerLostError
 from celery import signals
-from django.db import close_old_connections
+from django.db import close_old_connections, connections
 from django.db.models import Q
 
 from jobs import completer, outcome, queues
@@ -42,21 +44,32 @@ def on_task_failure(sender=None, task_id=None, exception=None, args=None, **kwar
         return
     close_old_connections()
     ids = _ids(args[0])
-    if isinstance(exception, TimeLimitExceeded | WorkerLostError):  # in the worker's parent
-        kind = (
-            outcome.Happened.TIME_LIMIT
-            if isinstance(exception, TimeLimitExceeded)
-            else outcome.Happened.WORKER_LOST
-        )
-        node = _node["name"] or getattr(sender.request, "hostname", "") or ""
-        event = outcome.Event.lost(kind, f"{type(exception).__name__}: {exception}", exception)
-        recover_message(sender, ids, event, _node_runs(node))
+    if isinstance(exception, WorkerLostError):  # in the worker's parent: the child is gone
+        event = outcome.Event.lost(outcome.Happened.WORKER_LOST, _describe(exception), exception)
+        recover_message(sender, ids, event, _node_runs(_node_name(sender)))
+        return
+    if isinstance(exception, TimeLimitExceeded):
+        # Celery reports a hard time limit before the pool kills the child, so the run is
+        # recovered off this thread, once the child is gone.
+        event = outcome.Event.lost(outcome.Happened.TIME_LIMIT, _describe(exception), exception)
+        runs = _node_runs(_node_name(sender))
+        threading.Thread(
+            target=_recover_after_kill, args=(sender, ids, event, runs), daemon=True
+        ).start()
         return
     # Raised in this process outside a body (a claim or a completion that failed): end the
     # run this process held with that error, and send the rest of the message again.
     logger.warning("job.task_error", extra={"task": sender.name, "error": repr(exception)[:300]})
     held = Q(locked_by=worker_id(sender), pk__in=ids)
     recover_message(sender, ids, outcome.Event.raised(exception), held)
+
+
+def _describe(exception: BaseException) -> str:
+    return f"{type(exception).__name__}: {exception}"
+
+
+def _node_name(task: JobTask) -> str:
+    return _node["name"] or getattr(task.request, "hostname", "") or ""
 
 
 class _NodeRuns(Q):
@@ -72,22 +85,54 @@ def _ids(value) -> list[int]:
     return [v for v in values if isinstance(v, int) and not isinstance(v, bool) and 0 < v < 2**63]
 
 
-def recover_message(task: JobTask, job_ids: list[int], event, held_here: Q) -> None:
-    """End the runs this worker lost (see ``_lost``); ring again for the message's queue.
+def recover_message(task: JobTask, job_ids: list[int], event, held_here: Q) -> int:
+    """End the runs this worker lost (see the module doc); ring again for the message's queue.
 
     A message's claims take the best runnable jobs of its queue, not necessarily the ones it
     names, so the lost run is found by who held it, and the doorbells the message still
-    carried are rung again for the queue's best due jobs (as many as it named).
+    carried are rung again for the queue's best due jobs (as many as it named). Return how
+    many runs were ended.
     """
+    ended = 0
     for job in Job.objects.filter(held_here, status=JobStatus.RUNNING):
         if not isinstance(held_here, _NodeRuns) or _process_gone(job.locked_by):
-            completer.finish(outcome.decide(event, job, task), job)
+            ended += completer.finish(outcome.decide(event, job, task), job) is not None
     queue = Job.objects.filter(pk__in=job_ids[:1]).values_list("queue", flat=True).first()
     if queue is not None:
         queues.ring(queue, limit=len(job_ids))
+    return ended
 
 
-SETTLE_SECONDS = 3.0  # a child killed for its hard time limit may take a moment to go
+SETTLE_SECONDS = 10.0  # how long a child past its hard time limit may take to be killed
+POLL_SECONDS = 0.1
+
+
+def _recover_after_kill(task: JobTask, job_ids: list[int], event, runs: Q) -> None:
+    """Wait for the pool to kill the child past its time limit, then end the run it held.
+
+    A time-limited task's message names one job, so one run is ended: the first of this
+    node's runs whose process is found gone. Left running past ``SETTLE_SECONDS``, the run
+    is the reaper's once its lease runs out.
+    """
+    deadline = time.monotonic() + SETTLE_SECONDS
+    try:
+        while time.monotonic() < deadline:
+            lost = [
+                job
+                for job in Job.objects.filter(runs, status=JobStatus.RUNNING)
+                if _process_gone(job.locked_by)
+            ]
+            if lost:
+                completer.finish(outcome.decide(event, lost[0], task), lost[0])
+                break
+            time.sleep(POLL_SECONDS)
+        queue = Job.objects.filter(pk__in=job_ids[:1]).values_list("queue", flat=True).first()
+        if queue is not None:
+            queues.ring(queue, limit=len(job_ids))
+    except Exception:  # a thread's error would be lost: log it; the reaper is the backstop
+        logger.exception("job.time_limit_recovery_failed", extra={"task": task.name})
+    finally:
+        connections.close_all()
 
 
 def _process_gone(locked_by: str) -> bool:
@@ -95,14 +140,8 @@ def _process_gone(locked_by: str) -> bool:
     pid = locked_by.rsplit("/", 1)[-1]
     if not pid.isdigit():
         return False
-    deadline = time.monotonic() + SETTLE_SECONDS
-    while True:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            return True
-        if state in ("Z", "X"):
-            return True
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state in ("Z", "X")

@@ -22,9 +22,10 @@ def test_a_successful_delivery_costs_four_sql_statements(receiver):
         deliver(delivery.job_id)
 
     statements = [(q["sql"].split()[0], q["sql"]) for q in queries.captured_queries]
-    # The job's claim, the read of delivery + event + endpoint, the attempt row written with
-    # the delivery's move and the endpoint's reset in one statement, the job's completion.
-    assert [kind for kind, _ in statements] == ["UPDATE", "SELECT", "WITH", "UPDATE"]
+    # The job's claim (one statement that also reads its queue's pause and limit), the read of
+    # delivery + event + endpoint, the attempt row written with the delivery's move and the
+    # endpoint's reset in one statement, the job's completion.
+    assert [kind for kind, _ in statements] == ["WITH", "SELECT", "WITH", "UPDATE"]
     assert "jobs_job" in statements[0][1] and "jobs_job" in statements[3][1]
     record = statements[2][1]
     for table in ("webhooks_deliveryattempt", "webhooks_endpoint", "webhooks_delivery"):
