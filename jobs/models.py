@@ -39,6 +39,9 @@ TRANSITIONS: dict[str, frozenset[str]] = {
 }
 FINISHED = frozenset({S.SUCCEEDED, S.DEAD, S.CANCELLED})
 PENDING = frozenset({S.QUEUED, S.RETRYING})
+# The sweeper re-sends an unclaimed row at grace × 2^publish_count, doubling this many times
+# at most (jobs.maintenance.sweeper); the rows past the last doubling have an index of their own.
+MAX_BACKOFF_DOUBLINGS = 5
 
 # A unique job holds its key while its status is among its own unique states (jobs.unique):
 # strpos() on PostgreSQL, instr() on SQLite, both allowed in a partial index's condition.
@@ -134,6 +137,15 @@ class Job(models.Model):
                 fields=["publish_count", "published_at"],
                 condition=Q(status__in=["queued", "retrying"]),
                 name="job_pending_publish_idx",
+            ),
+            # ... and its last step, rows re-sent that often or more: a range on published_at
+            # alone (a range on publish_count would read every such row).
+            models.Index(
+                fields=["published_at"],
+                condition=Q(
+                    status__in=["queued", "retrying"], publish_count__gte=MAX_BACKOFF_DOUBLINGS
+                ),
+                name="job_pending_stale_idx",
             ),
             # The sweeper's soon-due scheduled rows; the oldest due row.
             models.Index(

@@ -17,7 +17,9 @@ records) goes through ``delete_in_batches``, as River's cleaner does it:
   ``DO_NOTHING`` nothing. No full row is ever fetched, no ``pre_delete``/``post_delete``
   signal is sent (none of the purged models has receivers).
 * **Short batches, short pauses.** ``BATCH_SIZE`` rows a statement (a few milliseconds on
-  its index), ``PAUSE_BETWEEN_BATCHES`` between statements so a long catch-up leaves room
+  its index), each batch starting at the greatest ``order_by`` of the one before (so no
+  batch walks the index entries of rows already deleted and not yet vacuumed),
+  ``PAUSE_BETWEEN_BATCHES`` between statements so a long catch-up leaves room
   for the workers' writes, and the loop stops at the first batch that comes back short.
 
 Elsewhere (SQLite, the embedded default, which has no data-modifying ``WITH``) a batch is a
@@ -56,20 +58,30 @@ def delete_in_batches(
     (by model label) when it is given.
     """
     deleted = 0
+    remaining = queryset
     while True:
-        counts = delete_batch(queryset, order_by=order_by, batch_size=batch_size)
+        counts, last = delete_batch(remaining, order_by=order_by, batch_size=batch_size)
         count = counts.pop(queryset.model._meta.label, 0)
         deleted += count
         if cascaded is not None:
             cascaded.update(counts)
         if count < batch_size:
             return deleted
+        # The next batch starts where this one ended, not at the start of the index, where
+        # the entries of the rows just deleted wait for a vacuum.
+        if last is not None:
+            remaining = queryset.filter(**{f"{order_by}__gte": last})
         if pause:
             time.sleep(pause)
 
 
-def delete_batch(queryset: QuerySet, *, order_by: str, batch_size: int = BATCH_SIZE) -> Counter:
-    """Delete one batch of at most ``batch_size`` rows of ``queryset``; count them by model."""
+def delete_batch(
+    queryset: QuerySet, *, order_by: str, batch_size: int = BATCH_SIZE
+) -> tuple[Counter, object]:
+    """Delete one batch of at most ``batch_size`` rows of ``queryset``.
+
+    Return the rows deleted by model, and the greatest ``order_by`` among them (None if none).
+    """
     connection = connections[queryset.db]
     with transaction.atomic(using=queryset.db):
         if connection.vendor == "postgresql":
@@ -108,7 +120,8 @@ def _delete_in_one_statement(queryset: QuerySet, order_by: str, batch_size: int)
     query = queryset.filter(pk__in=chosen).order_by().query.clone()
     query.__class__ = sql.DeleteQuery
     delete_sql, params = query.get_compiler(queryset.db).as_sql()
-    ctes = [f"gone(id) AS ({delete_sql} RETURNING {pk})"]
+    key = quote(model._meta.get_field(order_by).column)
+    ctes = [f"gone(id, key) AS ({delete_sql} RETURNING {pk}, {key})"]
     counted = [(model._meta.label, "gone")]  # (model label, CTE name) of every DELETE
 
     def add(source: str, dependents: list[tuple]) -> None:
@@ -133,19 +146,22 @@ def _delete_in_one_statement(queryset: QuerySet, order_by: str, batch_size: int)
     add("gone", _dependents(model))
     totals = ", ".join(f"(SELECT count(*) FROM {name})" for _, name in counted)
     with connection.cursor() as cursor:
-        cursor.execute(f"WITH {', '.join(ctes)} SELECT {totals}", params)
-        row = cursor.fetchone()
+        cursor.execute(
+            f"WITH {', '.join(ctes)} SELECT (SELECT max(key) FROM gone), {totals}", params
+        )
+        last, *row = cursor.fetchone()
     counts = Counter()
     for (label, _), count in zip(counted, row, strict=True):
         counts[label] += count
-    return counts
+    return counts, last
 
 
 def _delete_by_ids(queryset: QuerySet, order_by: str, batch_size: int) -> Counter:
     counts = Counter()
-    ids = list(queryset.order_by(order_by).values_list("pk", flat=True)[:batch_size])
-    if not ids:
-        return counts
+    chosen = list(queryset.order_by(order_by).values_list("pk", order_by)[:batch_size])
+    if not chosen:
+        return counts, None
+    ids = [pk for pk, _ in chosen]
 
     def apply(model: type[models.Model], keys: list, dependents: list[tuple]) -> None:
         for relation, children in dependents:
@@ -164,7 +180,7 @@ def _delete_by_ids(queryset: QuerySet, order_by: str, batch_size: int) -> Counte
 
     apply(queryset.model, ids, _dependents(queryset.model))
     counts[queryset.model._meta.label] += _raw_delete(queryset.filter(pk__in=ids).order_by())
-    return counts
+    return counts, chosen[-1][1]
 
 
 def _raw_delete(queryset: QuerySet) -> int:

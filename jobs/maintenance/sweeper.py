@@ -14,7 +14,8 @@ like any fan-out (jobs.publish).
 Both queries read only the columns publishing and logging need (``SWEPT_FIELDS``) from the
 partial indexes on the runnable rows (``status IN ('queued', 'retrying')``). The spacing is
 decided in SQL, one range of ``job_pending_publish_idx`` (``publish_count, published_at``)
-per backoff step, so a steady state (every unclaimed row re-sent recently enough) reads no
+per backoff step and one of ``job_pending_stale_idx`` (``published_at``) for the rows past
+the last doubling, so a steady state (every unclaimed row re-sent recently enough) reads no
 rows at all, however deep the backlog; the soon-due rows come from ``job_pending_due_idx``.
 
 Runs every ``CONVEYOR_SWEEPER_INTERVAL`` (default 1m). Logs one ``maintenance.sweeper`` line.
@@ -30,14 +31,13 @@ from django.utils import timezone
 from kombu.exceptions import ChannelError
 
 from jobs import conf
-from jobs.models import PENDING, Job
+from jobs.models import MAX_BACKOFF_DOUBLINGS, PENDING, Job
 from jobs.publish import SCHEDULE_HORIZON_SECONDS, publish
 from jobs.queues import paused_names
 from jobs.services import log_job
 
 logger = logging.getLogger("jobs.maintenance")
 BATCH_SIZE = 1000
-MAX_BACKOFF_DOUBLINGS = 5
 # A scheduled job is published by the first run after it comes within the publish horizon;
 # runs look back this far for such jobs (five runs at the default interval).
 COMING_DUE_WINDOW = timedelta(minutes=5)
@@ -87,7 +87,8 @@ def _candidates(now) -> list[Job]:
     """Return the overdue unclaimed jobs last published longer ago than their spacing.
 
     The spacing is ``grace × 2^publish_count`` (at most ``2^MAX_BACKOFF_DOUBLINGS``): one
-    UNION arm per step, each a range of the partial ``(publish_count, published_at)`` index.
+    UNION arm per step, each a range of the partial ``(publish_count, published_at)`` index,
+    the last one a range of ``job_pending_stale_idx``.
     """
     grace = conf.get().sweeper_grace
     overdue = Job.objects.filter(status__in=PENDING, run_after__lte=now - grace).order_by()

@@ -105,7 +105,7 @@ def test_each_batch_is_one_delete_statement_on_its_index_and_a_short_batch_stops
     # succeeded 2+2+1 (short: stop), cancelled 0, dead 2+2+0: seven statements, no others.
     assert len(on_jobs) == 7, on_jobs
     for sql in on_jobs:
-        assert sql.startswith('WITH gone(id) AS (DELETE FROM "jobs_job" WHERE'), sql
+        assert sql.startswith('WITH gone(id, key) AS (DELETE FROM "jobs_job" WHERE'), sql
         assert 'ORDER BY U0."finished_at" ASC LIMIT 2)' in sql, sql
         assert '"jobs_job"."payload"' not in sql and '"jobs_job"."task"' not in sql
 
@@ -154,3 +154,26 @@ def test_the_pause_between_batches_is_taken_only_between_full_batches(cutoffs, m
 
     assert deleted == 4
     assert pauses == [batch_delete.PAUSE_BETWEEN_BATCHES] * 2  # after 2 and 2, not after 0
+
+
+@pytest.mark.django_db
+def test_each_batch_starts_where_the_last_one_ended_and_ties_across_it_all_go(cutoffs, vendor):
+    old = cutoffs[S.SUCCEEDED] - timedelta(hours=1)
+    firsts = [make(S.SUCCEEDED, old - timedelta(minutes=1)) for _ in range(2)]
+    ties = [make(S.SUCCEEDED, old) for _ in range(3)]  # one batch cannot take them all
+    kept = make(S.SUCCEEDED, NOW)
+
+    with CaptureQueriesContext(connection) as queries:
+        deleted = batch_delete.delete_in_batches(
+            Job.objects.filter(status=S.SUCCEEDED, finished_at__lt=cutoffs[S.SUCCEEDED]),
+            order_by="finished_at",
+            batch_size=2,
+            pause=0,
+        )
+
+    assert deleted == len(firsts) + len(ties)
+    assert list(Job.objects.values_list("pk", flat=True)) == [kept.pk]
+    choices = [q["sql"] for q in queries.captured_queries if "ORDER BY" in q["sql"]]
+    assert len(choices) == 3  # 2 + 2 + 1
+    assert '"finished_at" >=' not in choices[0]
+    assert all('"finished_at" >=' in sql for sql in choices[1:])
