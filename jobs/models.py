@@ -138,13 +138,12 @@ class Job(models.Model):
                 condition=Q(status__in=["queued", "retrying"]),
                 name="job_pending_publish_idx",
             ),
-            # ... and its last step, rows re-sent that often or more: a range on published_at
-            # alone (a range on publish_count would read every such row).
+            # ... its last step, rows re-sent that often or more (a range on published_at
+            # alone: one on publish_count would read every such row), and rows never published.
             models.Index(
                 fields=["published_at"],
-                condition=Q(
-                    status__in=["queued", "retrying"], publish_count__gte=MAX_BACKOFF_DOUBLINGS
-                ),
+                condition=Q(status__in=["queued", "retrying"])
+                & (Q(publish_count__gte=MAX_BACKOFF_DOUBLINGS) | Q(published_at__isnull=True)),
                 name="job_pending_stale_idx",
             ),
             # The sweeper's soon-due scheduled rows; the oldest due row.

@@ -15,8 +15,9 @@ Both queries read only the columns publishing and logging need (``SWEPT_FIELDS``
 partial indexes on the runnable rows (``status IN ('queued', 'retrying')``). The spacing is
 decided in SQL, one range of ``job_pending_publish_idx`` (``publish_count, published_at``)
 per backoff step and one of ``job_pending_stale_idx`` (``published_at``) for the rows past
-the last doubling, so a steady state (every unclaimed row re-sent recently enough) reads no
-rows at all, however deep the backlog; the soon-due rows come from ``job_pending_due_idx``.
+the last doubling and those never published, so a steady state (every unclaimed row re-sent
+recently enough) reads no rows at all, however deep the backlog; the soon-due rows come from
+``job_pending_due_idx``.
 
 Runs every ``CONVEYOR_SWEEPER_INTERVAL`` (default 1m). Logs one ``maintenance.sweeper`` line.
 """
@@ -88,7 +89,7 @@ def _candidates(now) -> list[Job]:
 
     The spacing is ``grace × 2^publish_count`` (at most ``2^MAX_BACKOFF_DOUBLINGS``): one
     UNION arm per step, each a range of the partial ``(publish_count, published_at)`` index,
-    the last one a range of ``job_pending_stale_idx``.
+    the last one and the never-published rows' a range of ``job_pending_stale_idx``.
     """
     grace = conf.get().sweeper_grace
     overdue = Job.objects.filter(status__in=PENDING, run_after__lte=now - grace).order_by()

@@ -1,5 +1,5 @@
-"""The sweeper's last backoff step (rows re-sent five times or more): a partial index of its
-own, built ``CONCURRENTLY`` on PostgreSQL."""
+"""The sweeper's last backoff step (rows re-sent five times or more) and its never-published
+rows: a partial index of their own, built ``CONCURRENTLY`` on PostgreSQL."""
 
 from django.db import migrations, models
 
@@ -17,7 +17,8 @@ class Migration(migrations.Migration):
         AddIndexOnline(
             model_name="job",
             index=models.Index(
-                condition=models.Q(status__in=["queued", "retrying"], publish_count__gte=5),
+                condition=models.Q(status__in=["queued", "retrying"])
+                & (models.Q(publish_count__gte=5) | models.Q(published_at__isnull=True)),
                 fields=["published_at"],
                 name="job_pending_stale_idx",
             ),
