@@ -5,8 +5,10 @@ name + ``_scale``, e.g. ``conveyor_bench_scale``), for each size (0, 1M, 10M; ``
 stops at 1M; ``BENCH_SCALE_SIZES=0,200000`` picks others) the job table is emptied and
 rebuilt with ``generate_series`` in one INSERT … SELECT: 92% ``succeeded`` spread over 30
 days, 2% ``dead`` with three-attempt histories (within the 30-day dead retention), 5%
-``queued`` (due, published within the sweeper's spacing), 1% ``retrying`` (due within the
-hour), over 4 queues and 8 tasks, plus 300 ``running`` rows; one webhook delivery (and its
+``queued`` (due, published within the sweeper's spacing), 1% ``retrying`` (due within 26
+minutes: inside the 30-minute publish horizon, so published with their countdown when they
+were retried; a job scheduled further out is published by the sweeper when it crosses into
+the horizon, work per scheduled job rather than per row held), over 4 queues and 8 tasks, plus 300 ``running`` rows; one webhook delivery (and its
 event) per 200 jobs and one deployment per 1,000, built with ``bulk_create``. Then
 ``VACUUM ANALYZE``, and, each the median of 5 after one warm-up:
 
@@ -72,7 +74,7 @@ SELECT (%(tasks)s::text[])[1 + g %% 8], (%(queues)s::text[])[1 + (g / 8) %% 4],
     jsonb_build_object('n', g),
     kind, 0, CASE kind WHEN 'dead' THEN 3 WHEN 'retrying' THEN 1 WHEN 'queued' THEN 0 ELSE 1 END,
     3, CASE kind WHEN 'queued' THEN now() - make_interval(secs => g %% 3600)
-                 WHEN 'retrying' THEN now() + make_interval(secs => 60 + g %% 3600)
+                 WHEN 'retrying' THEN now() + make_interval(secs => 60 + g %% 1500)
                  ELSE ended - interval '2 seconds' END,
     NULL, '', NULL, NULL,
     CASE kind WHEN 'dead' THEN 'ValueError: boom' WHEN 'retrying' THEN 'ValueError: boom'

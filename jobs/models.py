@@ -38,7 +38,9 @@ TRANSITIONS: dict[str, frozenset[str]] = {
     S.CANCELLED: frozenset({S.QUEUED}),
 }
 FINISHED = frozenset({S.SUCCEEDED, S.DEAD, S.CANCELLED})
-PENDING = frozenset({S.QUEUED, S.RETRYING})
+# In the order of the partial indexes' conditions (status IN ('queued', 'retrying')): a query
+# that spells the same list lets PostgreSQL drop the clause the index already holds.
+PENDING = (S.QUEUED, S.RETRYING)
 # The sweeper re-sends an unclaimed row at grace × 2^publish_count, doubling this many times
 # at most (jobs.maintenance.sweeper); the rows past the last doubling have an index of their own.
 MAX_BACKOFF_DOUBLINGS = 5

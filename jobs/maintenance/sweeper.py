@@ -24,9 +24,11 @@ Runs every ``CONVEYOR_SWEEPER_INTERVAL`` (default 1m). Logs one ``maintenance.sw
 
 import logging
 from collections import defaultdict
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 
+from django.db import connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 from kombu.exceptions import ChannelError
@@ -103,7 +105,26 @@ def _candidates(now) -> list[Job]:
         )
         arms.append(overdue.filter(count, published_at__lte=now - grace * 2**doublings))
     candidates = arms[0].union(*arms[1:], all=True).order_by("-priority", "run_after")
-    return list(candidates[: BATCH_SIZE * 10])
+    with _planned_as_small():
+        return list(candidates[: BATCH_SIZE * 10])
+
+
+@contextmanager
+def _planned_as_small():
+    """Run the candidates' query without JIT compilation or parallel workers (PostgreSQL).
+
+    Its row estimates come from the whole table's statistics (the finished rows have
+    ``publish_count`` 0 too), so at millions of rows PostgreSQL expects a large read where
+    the partial indexes hold a few rows, and spends more compiling the plan (~60 ms) and
+    starting workers (~30 ms) than the reads cost (under 1 ms).
+    """
+    if connection.vendor != "postgresql":
+        yield
+        return
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL jit = off")
+        cursor.execute("SET LOCAL max_parallel_workers_per_gather = 0")
+        yield
 
 
 def sweep() -> SweepResult:
