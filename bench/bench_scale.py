@@ -8,9 +8,10 @@ days, 2% ``dead`` with three-attempt histories (within the 30-day dead retention
 ``queued`` (due, published within the sweeper's spacing), 1% ``retrying`` (due within 26
 minutes: inside the 30-minute publish horizon, so published with their countdown when they
 were retried; a job scheduled further out is published by the sweeper when it crosses into
-the horizon, work per scheduled job rather than per row held), over 4 queues and 8 tasks, plus 300 ``running`` rows; one webhook delivery (and its
-event) per 200 jobs and one deployment per 1,000, built with ``bulk_create``. Then
-``VACUUM ANALYZE``, and, each the median of 5 after one warm-up:
+the horizon, work per scheduled job rather than per row held), over 4 queues and 8 tasks,
+plus 300 ``running`` rows; one webhook delivery (and its event) per 200 jobs and one
+deployment per 1,000, built with ``bulk_create``. Then ``VACUUM ANALYZE``, and, each the
+median of 5 after one warm-up:
 
 * through Django's test ``Client`` (an admin-scope token for the API and ``/metrics``, a
   logged-in superuser for the console): ``GET /api/v1/queue``, ``GET /metrics``,

@@ -17,7 +17,8 @@ records) goes through ``delete_in_batches``, as River's cleaner does it:
   ``DO_NOTHING`` nothing. No full row is ever fetched, no ``pre_delete``/``post_delete``
   signal is sent (none of the purged models has receivers).
 * **Short batches, short pauses.** ``BATCH_SIZE`` rows a statement (a few milliseconds on
-  its index), each batch starting at the greatest ``order_by`` of the one before (so no
+  its index; a batch over ``STATEMENT_TARGET_SECONDS`` halves the next, a fast one doubles
+  it back), each batch starting at the greatest ``order_by`` of the one before (so no
   batch walks the index entries of rows already deleted and not yet vacuumed),
   ``PAUSE_BETWEEN_BATCHES`` between statements so a long catch-up leaves room
   for the workers' writes, and the loop stops at the first batch that comes back short.
@@ -41,6 +42,11 @@ BATCH_SIZE = 1000
 PAUSE_BETWEEN_BATCHES = 0.02
 # Cascades deeper than this are refused rather than followed (a self-referencing CASCADE).
 MAX_CASCADE_DEPTH = 4
+# A batch that took longer than this halves the next one (down to MIN_BATCH_SIZE); one that
+# took under a quarter of it doubles the next (up to the batch size asked for). Rows whose
+# heap pages are not cached (a catch-up through old history) cost a read each.
+STATEMENT_TARGET_SECONDS = 0.25
+MIN_BATCH_SIZE = 50
 
 
 def delete_in_batches(
@@ -59,20 +65,33 @@ def delete_in_batches(
     """
     deleted = 0
     remaining = queryset
+    size = batch_size
     while True:
-        counts, last = delete_batch(remaining, order_by=order_by, batch_size=batch_size)
+        started = time.monotonic()
+        counts, last = delete_batch(remaining, order_by=order_by, batch_size=size)
+        took = time.monotonic() - started
         count = counts.pop(queryset.model._meta.label, 0)
         deleted += count
         if cascaded is not None:
             cascaded.update(counts)
-        if count < batch_size:
+        if count < size:
             return deleted
+        size = next_batch_size(size, took, batch_size)
         # The next batch starts where this one ended, not at the start of the index, where
         # the entries of the rows just deleted wait for a vacuum.
         if last is not None:
             remaining = queryset.filter(**{f"{order_by}__gte": last})
         if pause:
             time.sleep(pause)
+
+
+def next_batch_size(size: int, took: float, most: int) -> int:
+    """The size of the batch after one of ``size`` rows that took ``took`` seconds."""
+    if took > STATEMENT_TARGET_SECONDS:
+        return max(min(MIN_BATCH_SIZE, most), size // 2)
+    if took < STATEMENT_TARGET_SECONDS / 4:
+        return min(most, size * 2)
+    return size
 
 
 def delete_batch(

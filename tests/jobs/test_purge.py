@@ -177,3 +177,39 @@ def test_each_batch_starts_where_the_last_one_ended_and_ties_across_it_all_go(cu
     assert len(choices) == 3  # 2 + 2 + 1
     assert '"finished_at" >=' not in choices[0]
     assert all('"finished_at" >=' in sql for sql in choices[1:])
+
+
+@pytest.mark.parametrize(
+    ("size", "took", "most", "expected"),
+    [
+        (1000, 0.9, 1000, 500),  # slow: halve
+        (60, 0.9, 1000, 50),  # never below the floor
+        (10, 0.9, 10, 10),  # nor below a smaller batch asked for
+        (250, 0.01, 1000, 500),  # fast: double
+        (800, 0.01, 1000, 1000),  # never above the batch asked for
+        (500, 0.1, 1000, 500),  # in between: keep
+    ],
+)
+def test_the_next_batch_follows_how_long_the_last_one_took(size, took, most, expected):
+    assert batch_delete.next_batch_size(size, took, most) == expected
+
+
+@pytest.mark.django_db
+def test_slow_batches_shrink_the_next_ones_and_every_row_still_goes(cutoffs, monkeypatch):
+    monkeypatch.setattr(batch_delete, "STATEMENT_TARGET_SECONDS", 0.0)  # every batch is slow
+    monkeypatch.setattr(batch_delete, "MIN_BATCH_SIZE", 1)
+    for minute in range(20):
+        make(S.SUCCEEDED, cutoffs[S.SUCCEEDED] - timedelta(hours=1, minutes=minute))
+
+    with CaptureQueriesContext(connection) as queries:
+        deleted = batch_delete.delete_in_batches(
+            Job.objects.filter(status=S.SUCCEEDED), order_by="finished_at", batch_size=8, pause=0
+        )
+
+    assert deleted == 20 and not Job.objects.exists()
+    limits = [
+        int(q["sql"].split("LIMIT ")[1].split(")")[0])
+        for q in queries.captured_queries
+        if "LIMIT" in q["sql"]
+    ]
+    assert limits == [8, 4, 2, 1, 1, 1, 1, 1, 1, 1]  # 8+4+2+6×1, then an empty batch stops
