@@ -42,10 +42,10 @@ BATCH_SIZE = 1000
 PAUSE_BETWEEN_BATCHES = 0.02
 # Cascades deeper than this are refused rather than followed (a self-referencing CASCADE).
 MAX_CASCADE_DEPTH = 4
-# A batch that took longer than this halves the next one (down to MIN_BATCH_SIZE); one that
+# A batch that took longer than this (100 ms) halves the next one (down to MIN_BATCH_SIZE); one that
 # took under a quarter of it doubles the next (up to the batch size asked for). Rows whose
 # heap pages are not cached (a catch-up through old history) cost a read each.
-STATEMENT_TARGET_SECONDS = 0.25
+STATEMENT_TARGET_SECONDS = 0.1
 MIN_BATCH_SIZE = 50
 
 
