@@ -97,6 +97,12 @@ class OwnerFilter(admin.SimpleListFilter):
 class JobChangeList(ConveyorChangeList):
     """Looks up the owners of a page of jobs in one query per owning app."""
 
+    def get_queryset(self, request, exclude_parameters=None):
+        # A page shows neither the attempt history nor the result: a dead job's history is
+        # kilobytes of tracebacks, which would be read and decoded for every row.
+        queryset = super().get_queryset(request, exclude_parameters)
+        return queryset.defer("attempts_history", "result")
+
     def get_results(self, request):
         super().get_results(request)
         found = owners.describe(self.result_list)

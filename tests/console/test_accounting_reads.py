@@ -164,6 +164,10 @@ def test_the_changelist_counts_from_the_accounting(admin_user, jobs, query):
     assert result_count(response.content.decode()) == f"{expected} jobs"
     assert job_table_scans(queries) == []
     assert "created_at__" not in response.content.decode()  # no date hierarchy
+    # The page reads neither the attempt histories (kilobytes a dead job) nor the results.
+    page_reads = [q["sql"] for q in queries if q["sql"].startswith('SELECT "jobs_job"."id"')]
+    assert page_reads and not any('"attempts_history"' in sql for sql in page_reads), page_reads
+    assert not any('"jobs_job"."result"' in sql for sql in page_reads)
 
 
 def test_no_viewer_can_ask_for_facet_counts_over_the_job_table(admin_user, jobs):
