@@ -110,20 +110,20 @@ POLL_SECONDS = 0.1
 def _recover_after_kill(task: JobTask, job_ids: list[int], event, runs: Q) -> None:
     """Wait for the pool to kill the child past its time limit, then end the run it held.
 
-    A time-limited task's message names one job, so one run is ended: the first of this
-    node's runs whose process is found gone. Left running past ``SETTLE_SECONDS``, the run
-    is the reaper's once its lease runs out.
+    The run is one of this node's runs of ``task`` whose process is gone; every such run
+    found is ended (two children past their limits at once are both ended by whichever
+    thread looks first; the other finds their runs already ended, which the fenced end
+    refuses). Left running past ``SETTLE_SECONDS``, a run is the reaper's once its lease
+    runs out.
     """
     deadline = time.monotonic() + SETTLE_SECONDS
     try:
         while time.monotonic() < deadline:
-            lost = [
-                job
-                for job in Job.objects.filter(runs, status=JobStatus.RUNNING)
-                if _process_gone(job.locked_by)
-            ]
+            held = Job.objects.filter(runs, task=task.name, status=JobStatus.RUNNING)
+            lost = [job for job in held if _process_gone(job.locked_by)]
+            for job in lost:
+                completer.finish(outcome.decide(event, job, task), job)
             if lost:
-                completer.finish(outcome.decide(event, lost[0], task), lost[0])
                 break
             time.sleep(POLL_SECONDS)
         queue = Job.objects.filter(pk__in=job_ids[:1]).values_list("queue", flat=True).first()

@@ -26,6 +26,7 @@ from django.contrib.admin.utils import NotRelationField, get_fields_from_path
 from django.contrib.admin.views.main import ChangeList
 from django.contrib.admin.widgets import url_params_from_lookup_dict
 from django.core.exceptions import FieldDoesNotExist
+from django.db import DataError, transaction
 from django.db.models.constants import LOOKUP_SEP
 
 from project.secret_fields import lookup_reaches_secret
@@ -63,6 +64,15 @@ class ConveyorChangeList(ChangeList):
         try:
             return super().get_filters(request)
         except (ValueError, OverflowError) as exc:
+            raise IncorrectLookupParameters(exc) from exc
+
+    def get_results(self, request):
+        # A filter value Python accepts but the database refuses (a datetime whose offset
+        # is past PostgreSQL's ±15:59) fails only when the page is read: a bad filter too.
+        try:
+            with transaction.atomic(using=self.queryset.db):
+                return super().get_results(request)
+        except DataError as exc:
             raise IncorrectLookupParameters(exc) from exc
 
 

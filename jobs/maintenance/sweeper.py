@@ -116,9 +116,10 @@ def _planned_as_small():
     Its row estimates come from the whole table's statistics (the finished rows have
     ``publish_count`` 0 too), so at millions of rows PostgreSQL expects a large read where
     the partial indexes hold a few rows, and spends more compiling the plan (~60 ms) and
-    starting workers (~30 ms) than the reads cost (under 1 ms).
+    starting workers (~30 ms) than the reads cost (under 1 ms). Called inside a caller's
+    transaction (where SET LOCAL would outlive this query) it changes nothing.
     """
-    if connection.vendor != "postgresql":
+    if connection.vendor != "postgresql" or connection.in_atomic_block:
         yield
         return
     with transaction.atomic(), connection.cursor() as cursor:
