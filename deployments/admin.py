@@ -103,7 +103,7 @@ class DeploymentAdmin(ApprovalAdminMixin, ConveyorModelAdmin):
         "created_at",
         "duration",
     )
-    # No date_hierarchy: its month list reads every deployment. A date filter reads an index.
+    # No date_hierarchy: its month list reads every deployment. A date filter is a range.
     list_filter = (
         "status",
         "failure_reason",

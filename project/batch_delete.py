@@ -60,8 +60,10 @@ def delete_in_batches(
     """Delete the rows of ``queryset`` oldest ``order_by`` first; return how many went.
 
     ``order_by`` names the column an index of the filter sorts, so each batch reads only
-    the rows it deletes. Rows of other models deleted by cascade are added to ``cascaded``
-    (by model label) when it is given.
+    the rows it deletes; the filter must keep it non-null (e.g. ``finished_at__lt=…``), as
+    each batch after the first asks for ``order_by >=`` the last one's greatest value. Rows
+    of other models deleted by cascade are added to ``cascaded`` (by model label) when it is
+    given.
     """
     deleted = 0
     remaining = queryset

@@ -329,7 +329,7 @@ class DeliveryAdmin(ConveyorModelAdmin):
         "created_at",
         "delivered_at",
     ]
-    # No date_hierarchy: its month list reads every delivery. A date filter reads an index.
+    # No date_hierarchy: its month list reads every delivery. A date filter is a range.
     list_filter = ["status", "event__type", "endpoint", ("created_at", admin.DateFieldListFilter)]
     list_select_related = ["event", "endpoint"]
     list_per_page = 50

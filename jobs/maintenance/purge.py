@@ -3,8 +3,9 @@
 ``succeeded`` and ``cancelled`` jobs older than ``CONVEYOR_PURGE_COMPLETED_RETENTION``
 (default 7d) and ``dead`` jobs older than ``CONVEYOR_PURGE_DEAD_RETENTION`` (default 30d) are
 deleted one status at a time, oldest ``finished_at`` first on the ``(status, finished_at)``
-index, 1,000 rows per statement with a short pause between statements, until a batch comes
-back short (``project.batch_delete``: one ``DELETE … WHERE <filter> AND id IN (SELECT …
+index, up to 1,000 rows per statement (fewer while statements run slow) with a short pause
+between statements, each batch starting where the last one ended, until a batch comes back
+short (``project.batch_delete``: one ``DELETE … WHERE <filter> AND id IN (SELECT …
 ORDER BY finished_at LIMIT 1000)`` per batch; a job being retried meanwhile is kept;
 rows pointing at a deleted job are handled in the same statement, as their foreign key's
 ``on_delete`` says, e.g. a webhook delivery's link to its job is set to NULL).
