@@ -85,22 +85,24 @@ def _ids(value) -> list[int]:
     return [v for v in values if isinstance(v, int) and not isinstance(v, bool) and 0 < v < 2**63]
 
 
-def recover_message(task: JobTask, job_ids: list[int], event, held_here: Q) -> int:
+def recover_message(task: JobTask, job_ids: list[int], event, held_here: Q) -> None:
     """End the runs this worker lost (see the module doc); ring again for the message's queue.
 
     A message's claims take the best runnable jobs of its queue, not necessarily the ones it
     names, so the lost run is found by who held it, and the doorbells the message still
-    carried are rung again for the queue's best due jobs (as many as it named). Return how
-    many runs were ended.
+    carried are rung again for the queue's best due jobs (as many as it named).
     """
-    ended = 0
     for job in Job.objects.filter(held_here, status=JobStatus.RUNNING):
         if not isinstance(held_here, _NodeRuns) or _process_gone(job.locked_by):
-            ended += completer.finish(outcome.decide(event, job, task), job) is not None
+            completer.finish(outcome.decide(event, job, task), job)
+    _ring_again(job_ids)
+
+
+def _ring_again(job_ids: list[int]) -> None:
+    """Ring for the queue of the message that named ``job_ids``, once per id it named."""
     queue = Job.objects.filter(pk__in=job_ids[:1]).values_list("queue", flat=True).first()
     if queue is not None:
         queues.ring(queue, limit=len(job_ids))
-    return ended
 
 
 SETTLE_SECONDS = 10.0  # how long a child past its hard time limit may take to be killed
@@ -126,9 +128,7 @@ def _recover_after_kill(task: JobTask, job_ids: list[int], event, runs: Q) -> No
             if lost:
                 break
             time.sleep(POLL_SECONDS)
-        queue = Job.objects.filter(pk__in=job_ids[:1]).values_list("queue", flat=True).first()
-        if queue is not None:
-            queues.ring(queue, limit=len(job_ids))
+        _ring_again(job_ids)
     except Exception:  # a thread's error would be lost: log it; the reaper is the backstop
         logger.exception("job.time_limit_recovery_failed", extra={"task": task.name})
     finally:
