@@ -27,16 +27,17 @@ class JobsConfig(AppConfig):
         post_migrate.connect(
             _ensure_accounting_triggers, sender=self, dispatch_uid="jobs.accounting.triggers"
         )
-        _check_unique_rules()
+        _check_task_declarations()
 
 
-def _check_unique_rules() -> None:
-    """Load every app's tasks and refuse to start on a bad ``unique`` declaration."""
+def _check_task_declarations() -> None:
+    """Load every app's tasks and refuse to start on a bad ``unique`` or ``limit``."""
     from django.utils.module_loading import autodiscover_modules
 
-    from jobs.unique import check_declared
+    from jobs import limits, unique
     from project.celery import app
 
     # Celery's own loader would set Django up again (populate() is not reentrant here).
     autodiscover_modules("tasks")
-    check_declared(app.tasks.values())
+    unique.check_declared(app.tasks.values())
+    limits.check_declared(app.tasks.values())

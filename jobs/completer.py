@@ -19,7 +19,7 @@ from datetime import datetime
 from django.db import transaction
 from django.utils import timezone
 
-from jobs import attempts, conf, statements
+from jobs import attempts, conf, limits, statements
 from jobs.models import Job, JobReason, JobStatus
 from jobs.outcome import Decision
 from jobs.publish import publish_on_commit
@@ -135,11 +135,16 @@ def _cancelled_meanwhile(
 
 
 def _ring_if_limited(job: Job) -> None:
-    """A run of a limited queue ended: a slot is free, so ring for its best due job now.
+    """A run of a limited queue or task ended: a slot is free, so ring for the next one now.
 
-    Its held-back jobs' own doorbells were dropped while the queue was full; without this
+    Its held-back jobs' own doorbells were dropped while the slots were full; without this
     they would wait for the sweeper.
     """
+    from project.celery import app
+
+    limit = limits.limit_of(app.tasks.get(job.task))
+    if limit is not None and limit.frees_slots:
+        transaction.on_commit(lambda: ring(job.queue, task=job.task, limit=1), robust=True)
     if job.queue in conf.get().queue_concurrency:
         transaction.on_commit(lambda: ring(job.queue, limit=1), robust=True)
 

@@ -101,6 +101,8 @@ class Job(models.Model):
     unique_key = models.CharField(max_length=64, null=True, blank=True)
     unique_states = models.CharField(max_length=64, blank=True, default="")
     unique_period = models.DurationField(null=True, blank=True)
+    # The job's limit key (jobs.limits): its task's ``Limit.key`` values, set at enqueue.
+    limit_key = models.CharField(max_length=200, blank=True, default="")
     last_error = models.TextField(blank=True, default="")
     reason = models.CharField(max_length=20, choices=JobReason.choices, blank=True, default="")
     # One entry per finished attempt, oldest first (see jobs.attempts).
@@ -175,6 +177,12 @@ class Job(models.Model):
             ),
             # A queue's running count, for its concurrency limit and the queues API.
             models.Index(fields=["queue"], condition=Q(status="running"), name="job_running_idx"),
+            # A limited task's running count, per key (jobs.limiter).
+            models.Index(
+                fields=["task", "limit_key"],
+                condition=Q(status="running"),
+                name="job_running_key_idx",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -442,3 +450,49 @@ class QueueState(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({'paused' if self.paused_at else 'running'})"
+
+
+class TaskState(models.Model):
+    """A task's operator state and the state of its limits (jobs.task_states, jobs.limiter).
+
+    No row: never paused, nothing started under a rate. A pause locks the row that every
+    claim of the task reads (a limited task's claim locks it outright, so its claims take
+    turns); ``starts`` are the task's latest start times (epoch seconds, at most its rate's
+    count) and ``full_until`` when its rate window next has room (None: it has room).
+    """
+
+    name = models.CharField(max_length=200, primary_key=True)
+    paused_at = models.DateTimeField(null=True, blank=True)
+    paused_by = models.CharField(max_length=200, blank=True, default="")
+    starts = models.JSONField(default=list, blank=True)
+    full_until = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({'paused' if self.paused_at else 'running'})"
+
+
+class LimitKeyState(models.Model):
+    """One limit key of a limited task: its latest starts, for a per-key rate and fairness.
+
+    Written only by jobs.limiter, under its task's state row lock; rows idle for a day are
+    deleted by the purge.
+    """
+
+    task = models.CharField(max_length=200)
+    key = models.CharField(max_length=200)
+    starts = models.JSONField(default=list, blank=True)
+    full_until = models.DateTimeField(null=True, blank=True)
+    last_started_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["task", "key"], name="limit_key_state_key"),
+        ]
+        indexes = [models.Index(fields=["last_started_at"], name="limit_key_idle_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.task} [{self.key}]"

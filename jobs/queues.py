@@ -87,9 +87,11 @@ def _set_paused(name: str, *, paused: bool, actor: str) -> dict:
     return describe([name])[0]
 
 
-def ring(name: str, *, limit: int | None = None) -> int:
-    """Publish doorbells for queue ``name``'s due jobs (the best ``limit`` of them)."""
+def ring(name: str, *, task: str | None = None, limit: int | None = None) -> int:
+    """Publish doorbells for queue ``name``'s due jobs (of ``task``; the best ``limit``)."""
     due = Job.objects.filter(queue=name, status__in=PENDING, run_after__lte=timezone.now())
+    if task is not None:
+        due = due.filter(task=task)
     jobs = due.only("id", "task", "queue", "run_after").order_by("-priority", "run_after", "id")
     return publish(list(jobs[:limit] if limit is not None else jobs))
 
@@ -144,9 +146,12 @@ def describe(names=None) -> list[dict]:
 
 @signals.worker_ready.connect(dispatch_uid="jobs.queues.ensure_states")
 def _ensure_states_at_start(sender=None, **kwargs) -> None:
-    """Create the declared queues' state rows before this worker claims anything."""
+    """Create the declared queues' and tasks' state rows before this worker claims anything."""
+    from jobs import task_states
+
     try:
         close_old_connections()
         ensure_states()
+        task_states.ensure_states()
     except Exception:  # a worker must start even if this fails; a pause creates its row
         logger.exception("queue.ensure_states_failed")

@@ -2,7 +2,8 @@
 
 A message is a doorbell: its claim takes the best runnable job of the named job's queue and
 of the message's task (``_PICK``), which may be another job than the one named, and none
-while the queue is paused (jobs.queues).
+while the queue or the task is paused (jobs.queues). Limited queues and tasks are claimed by
+jobs.limiter instead.
 
 Each statement is written once per database vendor and only its parameters change per job:
 no ORM compilation and no queryset per run. They keep the rules of jobs.transitions (a
@@ -19,12 +20,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import cache
 
-from django.db import connection, transaction
+from django.db import connection
 from django.utils import timezone
 
 from jobs import conf
 from jobs.attempts import append_sql
-from jobs.models import Job, JobStatus, QueueState
+from jobs.models import Job, JobStatus, QueueState, TaskState
 
 S = JobStatus
 TABLE = Job._meta.db_table
@@ -37,76 +38,62 @@ CLAIM_CLOCK_SKEW = timedelta(seconds=1)
 # The claim: the best runnable job(s) of the queue of the job a message names, of the
 # message's task: highest priority first, then due time, then id; rows another claim holds
 # are skipped. The queue comes from the named job, so a message needs no queue of its own.
-# The queue's state row is read under FOR KEY SHARE: a pause takes FOR UPDATE on it, so it
-# waits for the claims under way to commit, and a claim that comes after it waits for the
-# pause and then reads the row as the pause left it (READ COMMITTED re-reads a locked row).
-# A queue with a concurrency limit is never claimed this way but by ``claim_limited``.
+# The queue's and the task's state rows are read under FOR KEY SHARE: a pause takes FOR
+# UPDATE on one, so it waits for the claims under way to commit, and a claim that comes
+# after it waits for the pause and then reads the row as the pause left it (READ COMMITTED
+# re-reads a locked row). A limited queue or task is never claimed this way but by
+# jobs.limiter, whose claims take turns on its state rows.
 STATE_TABLE = QueueState._meta.db_table
-_TARGET = {
-    "postgresql": {
-        "named": f"target AS MATERIALIZED (SELECT queue FROM {TABLE} WHERE id = %s)",
-        "given": "target AS MATERIALIZED (SELECT %s::varchar AS queue)",
-    },
-    "sqlite": {
-        "named": f"target AS (SELECT queue FROM {TABLE} WHERE id = %s)",
-        "given": "target AS (SELECT %s AS queue)",
-    },
-}
-_STATE = {
+TASK_STATE_TABLE = TaskState._meta.db_table
+_CTES = {
     "postgresql": (
+        f"target AS MATERIALIZED (SELECT queue FROM {TABLE} WHERE id = %s), "
         f"state AS MATERIALIZED (SELECT paused_at FROM {STATE_TABLE} "
-        "WHERE name = (SELECT queue FROM target) {lock})"
+        "WHERE name = (SELECT queue FROM target) FOR KEY SHARE), "
+        f"task_state AS MATERIALIZED (SELECT paused_at FROM {TASK_STATE_TABLE} "
+        "WHERE name = %s FOR KEY SHARE)"
     ),
     "sqlite": (
-        f"state AS (SELECT paused_at FROM {STATE_TABLE} WHERE name = (SELECT queue FROM target))"
+        f"target AS (SELECT queue FROM {TABLE} WHERE id = %s), "
+        f"state AS (SELECT paused_at FROM {STATE_TABLE} WHERE name = (SELECT queue FROM target)), "
+        f"task_state AS (SELECT paused_at FROM {TASK_STATE_TABLE} WHERE name = %s)"
     ),
 }
 _NOT_LIMITED = {
     "postgresql": "AND (SELECT queue FROM target) <> ALL(%s::varchar[])",
     "sqlite": "AND (SELECT queue FROM target) NOT IN (SELECT value FROM json_each(%s))",
 }
-_RUNNING = (
-    f"(SELECT count(*) FROM {TABLE} "
-    f"WHERE queue = (SELECT queue FROM target) AND status = '{S.RUNNING}')"
-)
-_LIMIT = {"free": "%s", "limited": f"MAX(0, MIN(%s, %s - {_RUNNING}))"}
-_PG_LIMIT = {"free": "%s", "limited": f"GREATEST(0, LEAST(%s, %s - {_RUNNING}))"}
 _PICK = f"""
 SELECT id FROM {TABLE}
 WHERE queue = (SELECT queue FROM target) AND task = %s
     AND status IN ('{S.QUEUED}', '{S.RETRYING}') AND run_after <= %s
     AND cancel_requested_at IS NULL
-    AND NOT EXISTS (SELECT 1 FROM state WHERE paused_at IS NOT NULL) {{exclude}} {{only}}
+    AND NOT EXISTS (SELECT 1 FROM state WHERE paused_at IS NOT NULL)
+    AND NOT EXISTS (SELECT 1 FROM task_state WHERE paused_at IS NOT NULL) {{exclude}} {{only}}
 ORDER BY priority DESC, run_after, id
-LIMIT {{limit}}"""
-_SET_RUNNING = f"""
+LIMIT %s"""
+SET_RUNNING = f"""
 UPDATE {TABLE} SET status = '{S.RUNNING}', attempts = attempts + 1, lease_expires_at = %s,
     locked_by = %s, publish_count = 0, updated_at = %s, started_at = %s"""
 
 
 @cache
-def _claim_parts(vendor: str, limited: bool, exact: bool = False) -> tuple[str, str]:
-    """Return the claim's CTEs and its UPDATE, for a free queue or a limited one.
+def _claim_parts(vendor: str, exact: bool = False) -> tuple[str, str]:
+    """Return the claim's CTEs and its UPDATE.
 
     ``exact`` claims only the named job (``jobs.services.job_claim``: tools and tests).
     """
-    postgres = vendor == "postgresql"
-    target = _TARGET[vendor]["given" if limited else "named"]
-    # A limited claim already holds the row FOR UPDATE (``claim_limited``).
-    state = _STATE[vendor].replace("{lock}", "" if limited else "FOR KEY SHARE")
-    limit = (_PG_LIMIT if postgres else _LIMIT)["limited" if limited else "free"]
-    exclude = "" if limited else _NOT_LIMITED[vendor]
-    pick = _PICK.format(exclude=exclude, only="AND id = %s" if exact else "", limit=limit).strip()
-    if postgres:
-        where = f"WHERE id = ANY(ARRAY({pick} FOR UPDATE SKIP LOCKED))"
+    pick = _PICK.format(exclude=_NOT_LIMITED[vendor], only="AND id = %s" if exact else "")
+    if vendor == "postgresql":
+        where = f"WHERE id = ANY(ARRAY({pick.strip()} FOR UPDATE SKIP LOCKED))"
     else:
-        where = f"WHERE id IN ({pick})"
-    return f"{target}, {state}", f"{_SET_RUNNING.strip()} {where} RETURNING {COLUMNS}"
+        where = f"WHERE id IN ({pick.strip()})"
+    return _CTES[vendor], f"{SET_RUNNING.strip()} {where} RETURNING {COLUMNS}"
 
 
 @cache
-def _claim_sql(vendor: str, limited: bool = False, exact: bool = False) -> str:
-    ctes, update = _claim_parts(vendor, limited, exact)
+def _claim_sql(vendor: str, exact: bool = False) -> str:
+    ctes, update = _claim_parts(vendor, exact)
     return f"WITH {ctes} {update}"
 
 
@@ -159,7 +146,7 @@ def _end_sql(vendor: str) -> str:
 def _end_and_claim_sql(vendor: str) -> str:
     return (
         f"WITH done AS ({_end_sql(vendor).strip()} RETURNING id), "
-        f"{_claim_parts(vendor, False)[0]}, claimed AS ({_claim_parts(vendor, False)[1]}) "
+        f"{_claim_parts(vendor)[0]}, claimed AS ({_claim_parts(vendor)[1]}) "
         "SELECT (SELECT count(*) FROM done), claimed.* FROM (SELECT 1) AS one "
         "LEFT JOIN claimed ON true"
     )
@@ -176,7 +163,7 @@ def _converters(vendor: str) -> list:
     return found
 
 
-def _job(row) -> Job:
+def job_from_row(row) -> Job:
     values = []
     for value, (column, funcs) in zip(row, _converters(connection.vendor), strict=True):
         for func in funcs:
@@ -186,15 +173,20 @@ def _job(row) -> Job:
 
 
 def _limited_names() -> object:
+    """The limited queues, which the free claim leaves to jobs.limiter."""
     names = sorted(conf.get().queue_concurrency)
     return names if connection.vendor == "postgresql" else json.dumps(names)
 
 
-def _claim_params(job_id: int, task: str, worker: str, now, count: int = 1) -> list:
+def running_params(worker: str, now) -> list:
+    """The parameters of ``SET_RUNNING``: the lease, the worker and the claim's time."""
     when = connection.ops.adapt_datetimefield_value
-    lease = now + conf.get().lease_timeout
-    due = when(now + CLAIM_CLOCK_SKEW)
-    return [job_id, when(lease), worker, when(now), when(now), task, due, _limited_names(), count]
+    return [when(now + conf.get().lease_timeout), worker, when(now), when(now)]
+
+
+def _claim_params(job_id: int, task: str, worker: str, now, count: int = 1) -> list:
+    due = connection.ops.adapt_datetimefield_value(now + CLAIM_CLOCK_SKEW)
+    return [job_id, task, *running_params(worker, now), task, due, _limited_names(), count]
 
 
 def _end_params(job: Job, ending: Ending, now) -> list:
@@ -235,39 +227,9 @@ def claim(job_id: int, *, task: str, worker: str, exact: bool = False) -> Job | 
         params = _claim_params(job_id, task, worker, timezone.now())
         if exact:
             params.insert(-1, job_id)
-        cursor.execute(_claim_sql(connection.vendor, False, exact), params)
+        cursor.execute(_claim_sql(connection.vendor, exact), params)
         row = cursor.fetchone()
-    return _job(row) if row else None
-
-
-def claim_limited(
-    queue: str, limit: int, *, task: str, worker: str, only: int | None = None
-) -> Job | None:
-    """Claim the best runnable job of ``task`` in ``queue`` if fewer than ``limit`` run there.
-
-    Exact across every worker: the queue's state row is locked first (FOR UPDATE, so claims
-    of the queue take turns), then the claim counts the running rows in a statement of its
-    own, which sees every claim committed before the lock was granted.
-    """
-    now = timezone.now()
-    when = connection.ops.adapt_datetimefield_value
-    lease = now + conf.get().lease_timeout
-    params = [queue, when(lease), worker, when(now), when(now), task]
-    params += [when(now + CLAIM_CLOCK_SKEW), *([only] if only is not None else []), 1, limit]
-    with transaction.atomic(), connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            lock = f"SELECT 1 FROM {STATE_TABLE} WHERE name = %s FOR UPDATE"
-            cursor.execute(lock, [queue])
-            if cursor.fetchone() is None:  # no row yet: make it, then take its lock
-                cursor.execute(
-                    f"INSERT INTO {STATE_TABLE} (name, paused_by, updated_at) "
-                    "VALUES (%s, '', %s) ON CONFLICT (name) DO NOTHING",
-                    [queue, when(now)],
-                )
-                cursor.execute(lock, [queue])
-        cursor.execute(_claim_sql(connection.vendor, True, only is not None), params)
-        row = cursor.fetchone()
-    return _job(row) if row else None
+    return job_from_row(row) if row else None
 
 
 def queue_of(job_id: int) -> str | None:
@@ -288,7 +250,7 @@ def end(job: Job, ending: Ending) -> Job | None:
     with connection.cursor() as cursor:
         cursor.execute(f"{_end_sql(connection.vendor)} RETURNING {COLUMNS}", params)
         row = cursor.fetchone()
-    return _job(row) if row else None
+    return job_from_row(row) if row else None
 
 
 def end_and_claim(done: Job, ending: Ending, job_id: int, *, task: str, worker: str):
@@ -304,7 +266,7 @@ def end_and_claim(done: Job, ending: Ending, job_id: int, *, task: str, worker: 
         cursor.execute(_end_and_claim_sql(connection.vendor), params)
         row = cursor.fetchone()
     ended, claimed = row[0] == 1, row[1:]
-    return ended, (_job(claimed) if claimed[0] is not None else None)
+    return ended, (job_from_row(claimed) if claimed[0] is not None else None)
 
 
 def renew_leases(job_ids: list[int], *, worker: str) -> dict[int, bool]:

@@ -11,7 +11,8 @@ acknowledges it, while the job row says succeeded, retrying, cancelled or dead.
 Task options read here: ``autoretry_for`` / ``dont_autoretry_for`` (which errors retry),
 ``retry_backoff`` / ``retry_backoff_max`` / ``retry_jitter`` (the backoff), and
 ``job_max_attempts`` (the attempt budget, else ``CONVEYOR_JOB_MAX_ATTEMPTS``), ``unique`` (a
-``jobs.unique.Unique`` rule for enqueue). ``batch =
+``jobs.unique.Unique`` rule for enqueue), ``limit`` (a ``jobs.limits.Limit``: concurrency,
+rates and fairness, kept by jobs.limiter). ``batch =
 False`` keeps a task's jobs one per message (long or time-limited work should).
 
 ``atomic = True`` runs the body in a database transaction that also records its success: a
@@ -33,7 +34,7 @@ from django.conf import settings
 from django.db import DatabaseError, InterfaceError, OperationalError, connection, transaction
 from django.utils import timezone
 
-from jobs import completer, conf, outcome, services, shutdown, statements
+from jobs import completer, conf, limiter, limits, outcome, services, shutdown, statements
 from jobs.errors import Permanent, RetryAfter, Snooze
 from jobs.lease import keeper
 from jobs.models import Job
@@ -96,6 +97,8 @@ class JobTask(Task):
     atomic = False
     # A jobs.Unique rule: at most one job per key among its states (checked at start-up).
     unique = None
+    # A jobs.Limit: how many may run at once, how often they may start, per key (start-up checks).
+    limit = None
     # jobs.outcome decides retries from autoretry_for & co; this keeps Celery from also
     # wrapping run() in its own autoretry (it wraps only tasks without ``_orig_run``).
     _orig_run = None
@@ -104,7 +107,7 @@ class JobTask(Task):
         worker = worker_id(self)
         if not isinstance(job_ids, list):
             job_id = _job_id(job_ids)
-            job = _claim(job_id, task=self.name, worker=worker, limit=_limit_for(job_id))
+            job = _claim(job_id, task=self, worker=worker, plan=_plan(self, job_id))
             if job is None:
                 return _dropped(self, job_ids)
             done = self._run_job(job)
@@ -117,12 +120,12 @@ class JobTask(Task):
             if shutdown.requested():  # leave the rest to other workers, at once
                 _republish(ids[position:])
                 break
-            limit = _limit_for(job_id)
+            plan = _plan(self, job_id)
             if done is None:
-                job = _claim(job_id, task=self.name, worker=worker, limit=limit)
-            elif limit is not None:  # a limited queue's claim is a transaction of its own
+                job = _claim(job_id, task=self, worker=worker, plan=plan)
+            elif plan is not None:  # a limited claim is a transaction of its own
                 self._finish(*done)
-                job = _claim(job_id, task=self.name, worker=worker, limit=limit)
+                job = _claim(job_id, task=self, worker=worker, plan=plan)
             else:
                 ended, job = completer.succeed_and_claim(
                     *done, job_id, task=self.name, worker=worker
@@ -287,30 +290,35 @@ def _job_id(value) -> int:
 
 def claim_exactly(job_id: int, *, task: str, worker: str) -> Job | None:
     """Claim job ``job_id`` itself for ``worker`` (if it is runnable), as a message would."""
-    limit = _limit_for(job_id)
-    if limit is not None:
-        queue, most = limit
-        return statements.claim_limited(queue, most, task=task, worker=worker, only=job_id)
+    from project.celery import app
+
+    plan = _plan(app.tasks.get(task), job_id)
+    if plan is not None:
+        return limiter.claim(plan, job_id, task=task, worker=worker, only=job_id)
     return statements.claim(job_id, task=task, worker=worker, exact=True)
 
 
-def _limit_for(job_id: int) -> tuple[str, int] | None:
-    """Return ``(queue, limit)`` if ``job_id``'s queue has a concurrency limit, else None."""
-    limits = conf.get().queue_concurrency
-    if not limits:  # the usual case: no statement spent on it
+def _plan(task: Task | None, job_id: int) -> limiter.Plan | None:
+    """The limits a claim for ``job_id`` must keep, or None for the free claim.
+
+    A task's own limit is known without a statement; a queue's needs the job's queue, read
+    only when some queue is limited.
+    """
+    limit = limits.limit_of(task)
+    queue_limits = conf.get().queue_concurrency
+    if limit is None and not queue_limits:  # the usual case: no statement spent on it
         return None
     queue = _reconnecting(statements.queue_of, job_id)
-    return (queue, limits[queue]) if queue in limits else None
+    if queue is None or (limit is None and queue not in queue_limits):
+        return None
+    return limiter.Plan(queue=queue, queue_limit=queue_limits.get(queue), limit=limit)
 
 
-def _claim(
-    job_id: int, *, task: str, worker: str, limit: tuple[str, int] | None = None
-) -> Job | None:
+def _claim(job_id: int, *, task: Task, worker: str, plan: limiter.Plan | None) -> Job | None:
     """Claim the best runnable job for the message that names ``job_id``."""
-    if limit is not None:
-        queue, most = limit
-        return _reconnecting(statements.claim_limited, queue, most, task=task, worker=worker)
-    return _reconnecting(statements.claim, job_id, task=task, worker=worker)
+    if plan is not None:
+        return _reconnecting(limiter.claim, plan, job_id, task=task.name, worker=worker)
+    return _reconnecting(statements.claim, job_id, task=task.name, worker=worker)
 
 
 def _reconnecting(statement, *args, **kwargs):

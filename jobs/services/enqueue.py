@@ -6,6 +6,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from jobs import conf
+from jobs.limits import Limit, limit_of
 from jobs.models import Job
 from jobs.publish import publish_on_commit
 from jobs.services.base import log_job, logger
@@ -27,8 +28,8 @@ def validate_priority(priority) -> int:
     return priority
 
 
-def _task_defaults(task) -> tuple[str, str | None, int | None, Unique | None]:
-    """Return (name, queue, declared max attempts, unique rule) of a task object or name."""
+def _task_defaults(task) -> tuple[str, str | None, int | None, Unique | None, Limit | None]:
+    """Return (name, queue, declared max attempts, unique rule, limit) of a task or name."""
     from project.celery import app
 
     name = task if isinstance(task, str) else task.name
@@ -46,7 +47,7 @@ def _task_defaults(task) -> tuple[str, str | None, int | None, Unique | None]:
         routed = app.amqp.router.route({}, name).get("queue")
         queue = getattr(routed, "name", routed)
     rule = getattr(registered, "unique", None)
-    return name, queue, getattr(registered, "job_max_attempts", None), rule
+    return name, queue, getattr(registered, "job_max_attempts", None), rule, limit_of(registered)
 
 
 def _rule(declared: Unique | None, given: Unique | bool | None, task: str) -> Unique | None:
@@ -73,11 +74,13 @@ def _new_job(
     if payload is not None and not isinstance(payload, dict):
         raise ValueError(f"a job's payload is a dict, not {type(payload).__name__}")
     validate_priority(priority)
-    name, task_queue, task_max_attempts, rule = _task_defaults(task)
+    name, task_queue, task_max_attempts, rule, limit = _task_defaults(task)
+    payload = payload if payload is not None else {}
     job = Job(
         task=name,
         queue=queue or task_queue or "default",
-        payload=payload if payload is not None else {},
+        payload=payload,
+        limit_key=limit.key_of(payload) if limit is not None else "",
         priority=priority,
         max_attempts=max_attempts or task_max_attempts or conf.get().max_attempts,
         run_after=run_after or now,
@@ -86,6 +89,7 @@ def _new_job(
         created_at=now,
         updated_at=now,
     )
+    job.limit = limit
     return job, rule
 
 
@@ -186,6 +190,7 @@ def enqueue_many(
             task=template.task,
             queue=template.queue,
             payload=payload,
+            limit_key=template.limit.key_of(payload) if template.limit is not None else "",
             priority=priority,
             max_attempts=template.max_attempts,
             run_after=template.run_after,

@@ -1,0 +1,214 @@
+"""The claim of a job whose queue or task is limited: exact across every worker and host.
+
+Its claims take turns: one transaction locks the queue's state row (FOR UPDATE if the queue
+has a ``CONVEYOR_QUEUE_CONCURRENCY`` limit, else FOR KEY SHARE, as a pause expects) and the
+task's (FOR UPDATE), then counts what runs in statements of their own, which see every claim
+committed before the locks were granted. In that order:
+
+1. a paused queue or task starts nothing;
+2. the queue's limit and the task's ``concurrency`` count running rows;
+3. the task's ``rate`` keeps its latest start times on its state row (a sliding window);
+4. the pick skips jobs whose key is at its ``key_concurrency`` or whose key's rate window is
+   full, and with ``fair`` takes the key that started least recently first;
+5. the key's state row records the start (per-key rate, fairness).
+
+A job held back stays queued and spends no attempt. Its doorbell is dropped when a slot is
+what it waits for (the completer rings when a run of the queue or task ends), and rung again
+for when the window frees when a rate is what it waits for. Times are the workers' clocks:
+keep the hosts in NTP.
+"""
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from functools import cache
+
+from django.db import connection, transaction
+from django.utils import timezone
+
+from jobs import statements
+from jobs.limits import Limit, Rate
+from jobs.models import Job, JobStatus, LimitKeyState, QueueState, TaskState
+from jobs.publish import publish_on_commit
+
+S = JobStatus
+TABLE = statements.TABLE
+KEY_TABLE = LimitKeyState._meta.db_table
+STATE_TABLE = QueueState._meta.db_table
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What limits the claim for a message: the job's queue and the limits in force."""
+
+    queue: str
+    queue_limit: int | None = None
+    limit: Limit | None = None
+
+
+def claim(plan: Plan, job_id: int, *, task: str, worker: str, only: int | None = None):
+    """Claim the best job of ``task`` in ``plan.queue`` that its limits let start, or None.
+
+    ``only``: that job or nothing. ``job_id`` is the job the message names (rung again if a
+    rate window holds it).
+    """
+    limit = plan.limit
+    with transaction.atomic():
+        queue_paused = _lock_queue(plan.queue, exclusive=plan.queue_limit is not None)
+        state = _lock_task(task)
+        now = timezone.now()
+        if queue_paused or state.paused_at is not None:
+            return None
+        if plan.queue_limit is not None and _running(queue=plan.queue) >= plan.queue_limit:
+            return None
+        if limit is not None and limit.concurrency and _running(task=task) >= limit.concurrency:
+            return None
+        rate = limit.task_rate if limit is not None else None
+        if rate is not None:
+            free_at = _window_free_at(state.starts, rate, now)
+            if free_at is not None:
+                _ring_at(job_id, free_at)
+                return None
+        job = _pick_and_claim(plan, task, worker, now, only)
+        if job is None:
+            if limit is not None and limit.key_rate:
+                _ring_when_a_key_frees(job_id, task, now)
+            return None
+        if rate is not None:
+            _record_task_start(state, rate, now)
+        if limit is not None and (limit.key_rate or limit.fair):
+            _record_key_start(task, job.limit_key, limit.per_key_rate, now)
+    return job
+
+
+def _lock_queue(name: str, *, exclusive: bool) -> bool:
+    """Lock the queue's state row (made if missing when ``exclusive``); return if paused.
+
+    Not exclusive: FOR KEY SHARE, as the free claim takes it, which a pause waits for.
+    """
+    if exclusive:
+        QueueState.objects.get_or_create(name=name, defaults={"updated_at": timezone.now()})
+    lock = ("FOR UPDATE" if exclusive else "FOR KEY SHARE") if _postgres() else ""
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT paused_at FROM {STATE_TABLE} WHERE name = %s {lock}", [name])
+        row = cursor.fetchone()
+    return row is not None and row[0] is not None
+
+
+def _lock_task(name: str) -> TaskState:
+    """Lock the task's state row, made if missing: every limited claim of it takes turns."""
+    rows = TaskState.objects.select_for_update().filter(name=name)
+    state = rows.first()
+    if state is None:
+        TaskState.objects.get_or_create(name=name, defaults={"updated_at": timezone.now()})
+        state = rows.first()
+    return state
+
+
+def _postgres() -> bool:
+    return connection.vendor == "postgresql"
+
+
+def _running(**where) -> int:
+    return Job.objects.filter(status=S.RUNNING, **where).order_by().count()
+
+
+def _window(starts: list, rate: Rate, now: datetime) -> list[float]:
+    """The start times (epoch seconds) still inside the window that ends now, oldest first."""
+    cutoff = (now - rate.period).timestamp()
+    return sorted(float(t) for t in starts if float(t) > cutoff)
+
+
+def _window_free_at(starts: list, rate: Rate, now: datetime) -> datetime | None:
+    """When the window next has room, or None if it has room now."""
+    inside = _window(starts, rate, now)
+    if len(inside) < rate.count:
+        return None
+    oldest = inside[-rate.count]
+    return datetime.fromtimestamp(oldest, tz=now.tzinfo) + rate.period
+
+
+def _started(starts: list, rate: Rate, now: datetime) -> tuple[list[float], datetime | None]:
+    """The window with a start at ``now`` added, and when it is full until (None: room)."""
+    inside = (_window(starts, rate, now) + [now.timestamp()])[-rate.count :]
+    return inside, _window_free_at(inside, rate, now)
+
+
+def _record_task_start(state: TaskState, rate: Rate, now: datetime) -> None:
+    state.starts, state.full_until = _started(state.starts, rate, now)
+    state.updated_at = now
+    state.save(update_fields=["starts", "full_until", "updated_at"])
+
+
+def _record_key_start(task: str, key: str, rate: Rate | None, now: datetime) -> None:
+    state = LimitKeyState.objects.filter(task=task, key=key).first()
+    starts, full_until = _started(state.starts if state else [], rate, now) if rate else ([], None)
+    LimitKeyState.objects.update_or_create(
+        task=task,
+        key=key,
+        defaults={"starts": starts, "full_until": full_until, "last_started_at": now},
+    )
+
+
+def _ring_at(job_id: int, when: datetime) -> None:
+    """Ring for ``job_id`` again once ``when`` has come (after this transaction commits)."""
+    job = Job.objects.filter(pk=job_id).only("id", "task", "queue").first()
+    if job is not None:
+        job.run_after = when + timedelta(milliseconds=5)
+        publish_on_commit([job])
+
+
+def _ring_when_a_key_frees(job_id: int, task: str, now: datetime) -> None:
+    """Nothing could start: if a key's rate window is what holds them, ring when it frees."""
+    held = LimitKeyState.objects.filter(task=task, full_until__gt=now).order_by("full_until")
+    first = held.values_list("full_until", flat=True).first()
+    if first is not None:
+        _ring_at(job_id, first)
+
+
+@cache
+def _pick_sql(vendor: str, limit: Limit | None, only: bool) -> str:
+    """The claim's UPDATE for a limited task: the pick with the task's key rules."""
+    rules = []
+    if limit is not None and limit.key_concurrency:
+        rules.append(
+            f"AND (SELECT count(*) FROM {TABLE} r WHERE r.task = j.task "
+            f"AND r.limit_key = j.limit_key AND r.status = '{S.RUNNING}') < %s"
+        )
+    if limit is not None and limit.key_rate:
+        rules.append(
+            f"AND NOT EXISTS (SELECT 1 FROM {KEY_TABLE} k WHERE k.task = j.task "
+            "AND k.key = j.limit_key AND k.full_until > %s)"
+        )
+    order = "j.priority DESC, j.run_after, j.id"
+    if limit is not None and limit.fair:
+        least_recent = (
+            f"(SELECT k.last_started_at FROM {KEY_TABLE} k "
+            "WHERE k.task = j.task AND k.key = j.limit_key)"
+        )
+        order = f"{least_recent} IS NOT NULL, {least_recent}, {order}"
+    pick = (
+        f"SELECT j.id FROM {TABLE} j WHERE j.queue = %s AND j.task = %s "
+        f"AND j.status IN ('{S.QUEUED}', '{S.RETRYING}') AND j.run_after <= %s "
+        f"AND j.cancel_requested_at IS NULL {'AND j.id = %s' if only else ''} "
+        f"{' '.join(rules)} ORDER BY {order} LIMIT 1"
+    )
+    if vendor == "postgresql":
+        pick += " FOR UPDATE OF j SKIP LOCKED"
+    return f"{statements.SET_RUNNING.strip()} WHERE id = ({pick}) RETURNING {statements.COLUMNS}"
+
+
+def _pick_and_claim(plan: Plan, task: str, worker: str, now: datetime, only: int | None):
+    when = connection.ops.adapt_datetimefield_value
+    limit = plan.limit
+    params = [*statements.running_params(worker, now), plan.queue, task]
+    params.append(when(now + statements.CLAIM_CLOCK_SKEW))
+    if only is not None:
+        params.append(only)
+    if limit is not None and limit.key_concurrency:
+        params.append(limit.key_concurrency)
+    if limit is not None and limit.key_rate:
+        params.append(when(now))
+    with connection.cursor() as cursor:
+        cursor.execute(_pick_sql(connection.vendor, limit, only is not None), params)
+        row = cursor.fetchone()
+    return statements.job_from_row(row) if row else None

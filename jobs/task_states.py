@@ -1,0 +1,147 @@
+"""Tasks as operators see them: pause and resume one task, and its limits in use.
+
+A task's state is a ``TaskState`` row, read by every claim of the task (jobs.statements
+under FOR KEY SHARE; jobs.limiter locks it outright):
+
+* ``pause(name)`` stops every claim of the task's jobs, in every queue: once it returns, no
+  job of the task starts anywhere; runs already under way finish.
+* ``resume(name)`` clears it and, once that commits, rings for the task's due jobs.
+
+Both are recorded in the AuditLog (``task.pause`` / ``task.resume``).
+"""
+
+import logging
+
+from django.db import transaction
+from django.utils import timezone
+
+from jobs import limits
+from jobs.models import PENDING, AuditLog, Job, JobStatus, LimitKeyState, TaskState
+from jobs.publish import publish
+
+logger = logging.getLogger("jobs")
+
+# The busiest keys a task's description lists.
+BUSIEST_KEYS = 5
+
+
+class UnknownTask(LookupError):
+    """No job task of that name is registered."""
+
+
+def registered() -> dict:
+    """Return ``{name: task}`` of every registered job task, by name."""
+    from jobs.task import JobTask
+    from project.celery import app
+
+    return {
+        name: task
+        for name, task in sorted(app.tasks.items())
+        if isinstance(task, JobTask) and not name.startswith("celery.")
+    }
+
+
+def ensure_states(names=None) -> None:
+    """Create the state rows of ``names`` (default: every job task) that are missing."""
+    now = timezone.now()
+    rows = [TaskState(name=name, updated_at=now) for name in (names or registered())]
+    TaskState.objects.bulk_create(rows, ignore_conflicts=True)
+
+
+def pause(name: str, *, actor: str) -> dict:
+    """Pause task ``name``: once this returns, none of its jobs starts; return its state."""
+    return _set_paused(name, paused=True, actor=actor)
+
+
+def resume(name: str, *, actor: str) -> dict:
+    """Resume task ``name`` and ring for its due jobs once that commits; return its state."""
+    return _set_paused(name, paused=False, actor=actor)
+
+
+def _set_paused(name: str, *, paused: bool, actor: str) -> dict:
+    if name not in registered():
+        raise UnknownTask(f"no job task named {name!r} is registered")
+    ensure_states([name])  # committed before the lock: a claim locks only an existing row
+    now = timezone.now()
+    with transaction.atomic():
+        # FOR UPDATE waits for every claim that holds the row to commit.
+        state = TaskState.objects.select_for_update().get(name=name)
+        was_paused = state.paused_at is not None
+        if paused and not was_paused:
+            state.paused_at, state.paused_by = now, actor
+        elif not paused:
+            state.paused_at, state.paused_by = None, ""
+        state.updated_at = now
+        state.save(update_fields=["paused_at", "paused_by", "updated_at"])
+        action = "task.pause" if paused else "task.resume"
+        AuditLog.objects.create(
+            actor=actor,
+            action=action,
+            target_type="task",
+            target_id=name,
+            details={"was_paused": was_paused},
+        )
+        if not paused:
+            transaction.on_commit(lambda: ring(name), robust=True)
+    logger.info(action, extra={"task": name, "actor": actor, "was_paused": was_paused})
+    return describe([name])[0]
+
+
+def ring(name: str) -> int:
+    """Publish doorbells for task ``name``'s due jobs, in every queue."""
+    due = Job.objects.filter(task=name, status__in=PENDING, run_after__lte=timezone.now())
+    jobs = due.only("id", "task", "queue", "run_after").order_by("-priority", "run_after", "id")
+    return publish(list(jobs))
+
+
+def paused_names() -> set[str]:
+    """Return the names of the paused tasks."""
+    paused = TaskState.objects.filter(paused_at__isnull=False).order_by()
+    return set(paused.values_list("name", flat=True))
+
+
+def describe(names=None) -> list[dict]:
+    """Return each task (default: the paused or limited ones) as the tasks API shows it.
+
+    ``running`` is exact (an indexed count of the task's running rows); ``busiest_keys``
+    are the keys with the most running jobs, for a task with a keyed limit.
+    """
+    tasks = registered()
+    if names is None:
+        names = [n for n, t in tasks.items() if limits.limit_of(t)] + sorted(paused_names())
+    names = list(dict.fromkeys(names))
+    states = {state.name: state for state in TaskState.objects.filter(name__in=names)}
+    found = []
+    for name in names:
+        state = states.get(name)
+        limit = limits.limit_of(tasks.get(name))
+        running = Job.objects.filter(task=name, status=JobStatus.RUNNING).order_by()
+        entry = {
+            "name": name,
+            "paused": bool(state and state.paused_at),
+            "paused_at": state.paused_at if state else None,
+            "paused_by": state.paused_by if state and state.paused_at else "",
+            "limit": limit.describe() if limit else None,
+            "running": running.count(),
+            "rate_full_until": state.full_until if state and limit and limit.rate else None,
+            "busiest_keys": [],
+            "keys_rate_held": 0,
+        }
+        if limit is not None and limit.keyed:
+            entry["busiest_keys"] = _busiest_keys(running)
+            entry["keys_rate_held"] = LimitKeyState.objects.filter(
+                task=name, full_until__gt=timezone.now()
+            ).count()
+        found.append(entry)
+    return found
+
+
+def _busiest_keys(running) -> list[dict]:
+    from django.db.models import Count
+
+    rows = (
+        running.values("limit_key")
+        .annotate(running=Count("id"))
+        .order_by("-running", "limit_key")[:BUSIEST_KEYS]
+    )
+    return [{"key": row["limit_key"], "running": row["running"]} for row in rows]
