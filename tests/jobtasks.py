@@ -12,6 +12,7 @@ from datetime import timedelta
 from celery import shared_task
 
 from jobs import Permanent, Snooze
+from jobs.limits import Limit
 from jobs.models import AuditLog
 from jobs.task import JobContext, JobTask
 from jobs.unique import Unique
@@ -288,3 +289,49 @@ def occupy_task(ctx: JobContext):
     finally:
         client.decr(key)
     return ctx.job.pk
+
+
+def _occupy_keyed(ctx: JobContext):
+    """Raise the Redis counters ``<key>`` and ``<key>:<tenant>`` while the body runs, push the
+    values they reached onto ``<key>:seen`` / ``<key>:seen:<tenant>``, and push the body's
+    start (epoch seconds) onto ``<key>:starts:<tenant>`` and the tenant onto ``<key>:order``."""
+    client = samples()
+    key, tenant = ctx.payload["key"], ctx.payload["tenant"]
+    pipe = client.pipeline()
+    pipe.incr(key)
+    pipe.incr(f"{key}:{tenant}")
+    total, mine = pipe.execute()
+    pipe.rpush(f"{key}:seen", total)
+    pipe.rpush(f"{key}:seen:{tenant}", mine)
+    pipe.rpush(f"{key}:starts:{tenant}", repr(time.time()))
+    pipe.rpush(f"{key}:order", tenant)
+    pipe.execute()
+    try:
+        time.sleep(float(ctx.payload.get("sleep", 0)))
+    finally:
+        pipe.decr(key)
+        pipe.decr(f"{key}:{tenant}")
+        pipe.execute()
+    return ctx.job.pk
+
+
+@shared_task(
+    base=JobTask,
+    name="tests.limited",
+    limit=Limit(concurrency=2, key=("tenant",), key_concurrency=1),
+)
+def limited_task(ctx: JobContext):
+    """At most 2 at once everywhere, 1 per tenant (see ``_occupy_keyed``)."""
+    return _occupy_keyed(ctx)
+
+
+@shared_task(base=JobTask, name="tests.rated", limit=Limit(key=("tenant",), key_rate="5/s"))
+def rated_task(ctx: JobContext):
+    """At most 5 starts per tenant in any second (see ``_occupy_keyed``)."""
+    return _occupy_keyed(ctx)
+
+
+@shared_task(base=JobTask, name="tests.fair", limit=Limit(key=("tenant",), fair=True))
+def fair_task(ctx: JobContext):
+    """Tenants served round-robin (see ``_occupy_keyed``)."""
+    return _occupy_keyed(ctx)

@@ -1,0 +1,260 @@
+"""Task limits (concurrency, per key, rates, fairness) and task pauses, exact across workers."""
+
+import subprocess
+import time
+import uuid
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from jobs import limiter, services, task_states
+from jobs.limits import Limit, parse_rate
+from jobs.maintenance.reaper import reap
+from jobs.models import Job, JobStatus, LimitKeyState
+from jobs.tasks import noop
+from tests.foundation.test_embedded import embedded_env
+from tests.jobtasks import samples
+from tests.processes import PYTHON, ROOT, wait_until
+
+S = JobStatus
+
+
+@pytest.mark.parametrize(
+    ("limit", "problem"),
+    [
+        (Limit(concurrency=0), "concurrency must be a positive integer"),
+        (Limit(concurrency=True), "concurrency must be a positive integer"),
+        (Limit(rate="5/d"), "rate: a rate is N/s, N/m or N/h"),
+        (Limit(rate="0/s"), "rate: a rate is N/s"),
+        (Limit(key_concurrency=1), "need key"),
+        (Limit(key="tenant", key_concurrency=1), "key must be a tuple"),
+        (Limit(key=(), fair=True), "key must be a tuple"),
+        (Limit(), "a limit needs at least one"),
+    ],
+)
+def test_a_limit_that_cannot_work_says_why(limit, problem):
+    assert problem in limit.problem()
+
+
+def test_rates_parse_per_second_minute_and_hour():
+    assert [str(parse_rate(text)) for text in ("5/s", " 100 / m", "1000/h")] == [
+        "5/s",
+        "100/m",
+        "1000/h",
+    ]
+    assert parse_rate("100/m").period == timedelta(minutes=1)
+
+
+def test_a_bad_limit_stops_start_up_in_one_line(tmp_path):
+    app = tmp_path / "badlimit"
+    app.mkdir()
+    (app / "__init__.py").write_text("")
+    (app / "tasks.py").write_text(
+        "from celery import shared_task\n"
+        "from jobs.limits import Limit\n"
+        "from jobs.task import JobTask\n"
+        "@shared_task(base=JobTask, name='bad.limit', limit=Limit(rate='fast'))\n"
+        "def bad(ctx): pass\n"
+    )
+    (tmp_path / "badsettings.py").write_text(
+        "from project.settings import *  # noqa\nINSTALLED_APPS = [*INSTALLED_APPS, 'badlimit']\n"
+    )
+    env = embedded_env(tmp_path)
+    env.update(PYTHONPATH=str(tmp_path), DJANGO_SETTINGS_MODULE="badsettings")
+    out = subprocess.run(
+        [PYTHON, "manage.py", "check"], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.strip().splitlines() == [
+        "conveyor: cannot start: task 'bad.limit': limit: rate: a rate is N/s, N/m or N/h "
+        "(e.g. '5/s'), not 'fast'"
+    ]
+
+
+def _enqueue(task: str, tenants, key: str, max_attempts=None, **payload) -> list[Job]:
+    return [
+        services.enqueue(task, {"key": key, "tenant": t, **payload}, max_attempts=max_attempts)
+        for t in tenants
+    ]
+
+
+@pytest.mark.django_db
+def test_a_job_carries_its_limit_key_and_held_jobs_spend_no_attempt():
+    a1, a2, b1, c1 = _enqueue("tests.limited", "aabc", "k")
+    assert [a1.limit_key, b1.limit_key] == ['"a"', '"b"']
+    assert services.job_claim(a1.pk, worker="w/1") is not None
+    assert services.job_claim(a2.pk, worker="w/2") is None  # tenant a has its one slot
+    assert services.job_claim(b1.pk, worker="w/3") is not None
+    assert services.job_claim(c1.pk, worker="w/4") is None  # the task has its two
+    held = Job.objects.filter(pk__in=[a2.pk, c1.pk]).values_list("status", "attempts")
+    assert set(held) == {(S.QUEUED, 0)}
+    described = task_states.describe(["tests.limited"])[0]
+    assert described["running"] == 2
+    assert described["limit"]["concurrency"] == 2
+    assert {k["key"] for k in described["busiest_keys"]} == {'"a"', '"b"'}
+
+
+@pytest.mark.django_db
+def test_a_per_key_rate_holds_that_key_only_and_says_until_when():
+    jobs = _enqueue("tests.rated", "aaaaaab", "k")
+    claimed = [services.job_claim(job.pk, worker=f"w/{i}") for i, job in enumerate(jobs)]
+    assert [job is not None for job in claimed] == [True] * 5 + [False, True]
+    state = LimitKeyState.objects.get(task="tests.rated", key='"a"')
+    assert len(state.starts) == 5
+    assert timezone.now() < state.full_until <= timezone.now() + timedelta(seconds=1)
+    assert LimitKeyState.objects.get(task="tests.rated", key='"b"').full_until is None
+
+
+@pytest.mark.django_db
+def test_a_fair_task_serves_its_keys_round_robin():
+    many = _enqueue("tests.fair", "a" * 6, "k")
+    _enqueue("tests.fair", "bb", "k")
+    plan = limiter.Plan(queue="default", limit=Limit(key=("tenant",), fair=True))
+    order = []
+    for i in range(6):
+        job = limiter.claim(plan, many[0].pk, task="tests.fair", worker=f"w/{i}")
+        order.append(job.payload["tenant"])
+    assert order == ["a", "b", "a", "b", "a", "a"]
+
+
+@pytest.mark.django_db
+def test_a_paused_task_starts_nothing_in_any_queue_and_resume_lets_it_run():
+    job = services.enqueue("jobs.noop", {})
+    elsewhere = services.enqueue("jobs.noop", {}, queue="emails")
+    other = services.enqueue("tests.limited", {"key": "k", "tenant": "a"})
+    task_states.pause("jobs.noop", actor="test")
+    task_states.pause("tests.limited", actor="test")
+    noop(job.pk)
+    noop(elsewhere.pk)
+    assert services.job_claim(other.pk, worker="w/1") is None  # a limited claim checks it too
+    statuses = Job.objects.filter(pk__in=[job.pk, elsewhere.pk, other.pk]).values_list(
+        "status", flat=True
+    )
+    assert set(statuses) == {S.QUEUED}
+    assert task_states.paused_names() == {"jobs.noop", "tests.limited"}
+    task_states.resume("jobs.noop", actor="test")
+    noop(job.pk)
+    assert Job.objects.get(pk=job.pk).status == S.SUCCEEDED
+    with pytest.raises(task_states.UnknownTask, match="no job task named 'nope'"):
+        task_states.pause("nope", actor="test")
+
+
+TENANTS = "abcdef"
+LIMIT_ENV = {"CONVEYOR_JOB_LEASE_TIMEOUT": "6s"}
+
+
+def test_task_limits_hold_across_three_workers_and_a_killed_worker_frees_its_slots(
+    start_worker,
+):
+    key = f"limited:{uuid.uuid4().hex}"
+    client = samples()
+    workers = [start_worker(queues="default", concurrency=2, env=LIMIT_ENV) for _ in range(3)]
+    jobs = _enqueue("tests.limited", TENANTS * 5, key, sleep=0.2)
+    ids = [job.pk for job in jobs]
+    wait_until(
+        lambda: Job.objects.filter(pk__in=ids, status=S.SUCCEEDED).count() == len(ids),
+        timeout=120,
+        message="the limited backlog to drain",
+    )
+    seen = [int(v) for v in client.lrange(f"{key}:seen", 0, -1)]
+    assert max(seen) == 2, seen  # never above the task's limit, and the limit reached
+    for tenant in TENANTS:
+        assert {int(v) for v in client.lrange(f"{key}:seen:{tenant}", 0, -1)} == {1}
+    assert set(Job.objects.filter(pk__in=ids).values_list("attempts", flat=True)) == {1}
+    # kill -9 the workers holding both slots: the reaper frees them within the lease.
+    long = _enqueue("tests.limited", "ab", key, max_attempts=1, sleep=30)
+    running = Job.objects.filter(pk__in=[j.pk for j in long], status=S.RUNNING)
+    holders = wait_until(
+        lambda: set(running.values_list("locked_by", flat=True)) if running.count() == 2 else None,
+        timeout=60,
+        message="both slots to be taken",
+    )
+    for worker in workers:
+        if any(owner.startswith(f"{worker.name}@") for owner in holders):
+            worker.kill()
+    if all(w.process.poll() is not None for w in workers):
+        start_worker(queues="default", concurrency=2, env=LIMIT_ENV)
+    after = _enqueue("tests.limited", "c", key)[0]
+    reaped = []
+    wait_until(
+        lambda: reaped.append(reap().dead) or sum(reaped) == 2,
+        timeout=30,
+        interval=0.5,
+        message="the reaper",
+    )
+    wait_until(
+        lambda: Job.objects.filter(pk=after.pk, status=S.SUCCEEDED).exists(),
+        timeout=30,
+        message="a job to start in a freed slot",
+    )
+
+
+RATE_SECONDS = 20
+
+
+def test_a_per_key_rate_gives_no_window_above_it_across_workers(start_worker):
+    key = f"rated:{uuid.uuid4().hex}"
+    for _ in range(2):
+        start_worker(queues="default", concurrency=2)
+    jobs = _enqueue("tests.rated", "a" * (5 * RATE_SECONDS) + "b" * 10, key)
+    ids = [job.pk for job in jobs]
+    wait_until(
+        lambda: Job.objects.filter(pk__in=ids, status=S.SUCCEEDED).count() == len(ids),
+        timeout=RATE_SECONDS * 4,
+        message="the rated backlog to drain",
+    )
+    for tenant in "ab":
+        starts = sorted(
+            Job.objects.filter(pk__in=ids, payload__tenant=tenant).values_list(
+                "started_at", flat=True
+            )
+        )
+        crowded = [
+            i for i in range(len(starts) - 5) if starts[i + 5] - starts[i] < timedelta(seconds=1)
+        ]
+        assert not crowded, f"tenant {tenant}: six starts within a second at {crowded[:3]}"
+    a_starts = sorted(
+        Job.objects.filter(pk__in=ids, payload__tenant="a").values_list("started_at", flat=True)
+    )
+    assert a_starts[-1] - a_starts[0] >= timedelta(seconds=RATE_SECONDS - 1)
+
+
+def test_with_fair_sharing_a_small_tenant_is_not_starved_by_a_big_one(start_worker):
+    key = f"fair:{uuid.uuid4().hex}"
+    big = services.enqueue_many("tests.fair", [{"key": key, "tenant": "a"}] * 1000)
+    small = services.enqueue_many("tests.fair", [{"key": key, "tenant": "b"}] * 10)
+    start_worker(queues="default", concurrency=2)
+    small_ids = [job.pk for job in small]
+    wait_until(
+        lambda: Job.objects.filter(pk__in=small_ids, status=S.SUCCEEDED).count() == 10,
+        timeout=120,
+        message="the small tenant's jobs to finish",
+    )
+    last = max(Job.objects.filter(pk__in=small_ids).values_list("finished_at", flat=True))
+    before = Job.objects.filter(pk__in=[j.pk for j in big], finished_at__lte=last).count()
+    assert before < 100, f"{before} of the big tenant's jobs finished first"
+
+
+def test_a_paused_task_starts_nothing_across_a_worker_restart_and_resume_drains_it(
+    start_worker,
+):
+    key = f"paused-task:{uuid.uuid4().hex}"
+    client = samples()
+    task_states.pause("tests.stamp", actor="test")
+    worker = start_worker(queues="default", concurrency=2)
+    held = services.enqueue_many("tests.stamp", [{"key": key}] * 10)
+    others = services.enqueue_many("tests.occupy", [{"key": f"{key}:other"}] * 5)
+    wait_until(
+        lambda: Job.objects.filter(pk__in=[j.pk for j in others], status=S.SUCCEEDED).count() == 5,
+        timeout=60,
+        message="another task to run",
+    )
+    worker.stop()
+    start_worker(queues="default", concurrency=2)
+    time.sleep(3)
+    assert client.llen(key) == 0
+    statuses = Job.objects.filter(pk__in=[j.pk for j in held]).values_list("status", "attempts")
+    assert set(statuses) == {(S.QUEUED, 0)}
+    task_states.resume("tests.stamp", actor="test")
+    wait_until(lambda: client.llen(key) == 10, timeout=60, message="the resumed task to drain")
