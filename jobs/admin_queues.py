@@ -1,12 +1,13 @@
-"""The admin's queues page: every declared queue, paused or not, with pause and resume actions.
+"""The admin's queues and tasks pages: paused or not, limits, pause and resume actions.
 
-Both actions need ``jobs.pause_queue`` and go through jobs.queues (audited, exact).
+A queue's actions need ``jobs.pause_queue`` and go through jobs.queues; a task's need
+``jobs.pause_task`` and go through jobs.task_states (both audited, exact).
 """
 
 from django.contrib import admin, messages
 
-from jobs import conf, queues
-from jobs.models import QueueState
+from jobs import conf, limits, queues, task_states
+from jobs.models import QueueState, TaskState
 from project.admin_base import ConveyorModelAdmin
 from project.admin_permissions import permission_check
 
@@ -54,3 +55,50 @@ class QueueStateAdmin(ConveyorModelAdmin):
     @admin.action(description="Resume selected queues", permissions=["pause_queue"])
     def resume_selected(self, request, queryset) -> None:
         self._change(request, queryset, queues.resume, "Resumed")
+
+
+@admin.register(TaskState)
+class TaskStateAdmin(ConveyorModelAdmin):
+    """Job tasks that were paused or limited: pause and resume one task in every queue."""
+
+    list_display = ("name", "paused", "paused_at", "paused_by", "declared_limit", "full_until")
+    readonly_fields = ("name", "paused_at", "paused_by", "full_until", "updated_at")
+    exclude = ("starts",)
+    actions = ["pause_selected", "resume_selected"]
+
+    has_pause_task_permission = permission_check("pause_task")
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+    @admin.display(boolean=True, description="paused")
+    def paused(self, state: TaskState) -> bool:
+        return state.paused_at is not None
+
+    @admin.display(description="limit")
+    def declared_limit(self, state: TaskState) -> str:
+        return limits.summary(limits.limit_of(task_states.registered().get(state.name)))
+
+    def _change(self, request, queryset, change, verb: str) -> None:
+        done = []
+        for name in queryset.values_list("name", flat=True):
+            try:
+                change(name, actor=request.user.get_username())
+                done.append(name)
+            except task_states.UnknownTask as exc:  # a row left from a task no longer there
+                self.message_user(request, str(exc), messages.WARNING)
+        self.message_user(request, f"{verb}: {', '.join(done) or 'none'}.", messages.SUCCESS)
+
+    @admin.action(description="Pause selected tasks", permissions=["pause_task"])
+    def pause_selected(self, request, queryset) -> None:
+        self._change(request, queryset, task_states.pause, "Paused")
+
+    @admin.action(description="Resume selected tasks", permissions=["pause_task"])
+    def resume_selected(self, request, queryset) -> None:
+        self._change(request, queryset, task_states.resume, "Resumed")

@@ -7,7 +7,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404
 from ninja import Field, Query, Router, Schema, Status
 
-from jobs import owners, queues
+from jobs import owners, queues, task_states
 from jobs.attempts import history
 from jobs.auth import acting_user, actor, require_scope
 from jobs.models import Job, JobReason, JobStatus, TokenScope
@@ -117,6 +117,7 @@ class MaintenanceRunnerOut(Schema):
 
 class QueueOut(Schema):
     paused_queues: list[str] = Field(description="queues paused now (see /queues)")
+    paused_tasks: list[str] = Field(description="tasks paused now (see /tasks)")
     by_status: dict[str, int]
     by_queue: dict[str, dict[str, int]]
     by_task: dict[str, dict[str, int]]
@@ -235,3 +236,66 @@ def pause_queue(request: HttpRequest, name: str):
 )
 def resume_queue(request: HttpRequest, name: str):
     return _queue_action(request, name, queues.resume)
+
+
+class TaskLimitOut(Schema):
+    concurrency: int | None = Field(description="the most running at once everywhere")
+    key: list[str] | None = Field(description="the payload keys that make a job's limit key")
+    key_concurrency: int | None = Field(description="the most running at once per key")
+    rate: str | None = Field(description="the most starts in any window (N/s, N/m, N/h)")
+    key_rate: str | None = Field(description="the same, per key")
+    fair: bool = Field(description="whether keys are served round-robin")
+
+
+class BusyKeyOut(Schema):
+    key: str
+    running: int
+
+
+class TaskStateOut(Schema):
+    name: str
+    paused: bool
+    paused_at: datetime | None
+    paused_by: str = Field(description="who paused it (empty unless paused)")
+    limit: TaskLimitOut | None = Field(description="the task's declared limit (jobs.limits)")
+    running: int
+    rate_full_until: datetime | None = Field(
+        description="when the task's rate window next has room (null: it has room now)"
+    )
+    busiest_keys: list[BusyKeyOut] = Field(description="the keys with the most running jobs")
+    keys_rate_held: int = Field(description="keys whose rate window is full now")
+
+
+@router.get(
+    "/tasks", response=list[TaskStateOut], summary="Limited or paused job tasks: state and use"
+)
+def list_tasks(request: HttpRequest):
+    require_scope(request, TokenScope.ADMIN)
+    return task_states.describe(busiest_keys=True)
+
+
+def _task_action(request: HttpRequest, name: str, action) -> dict:
+    require_scope(request, TokenScope.ADMIN)
+    try:
+        action(name, actor=actor(request))
+        return task_states.describe([name], busiest_keys=True)[0]
+    except task_states.UnknownTask as exc:
+        raise ApiError(404, "not_found", str(exc)) from None
+
+
+@router.post(
+    "/tasks/{name}/pause",
+    response=TaskStateOut,
+    summary="Pause a task in every queue: once this answers, none of its jobs starts",
+)
+def pause_task(request: HttpRequest, name: str):
+    return _task_action(request, name, task_states.pause)
+
+
+@router.post(
+    "/tasks/{name}/resume",
+    response=TaskStateOut,
+    summary="Resume a task: its due jobs are rung for at once",
+)
+def resume_task(request: HttpRequest, name: str):
+    return _task_action(request, name, task_states.resume)

@@ -18,6 +18,7 @@ for when the window frees when a rate is what it waits for. Times are the worker
 keep the hosts in NTP.
 """
 
+import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import cache
@@ -34,74 +35,93 @@ S = JobStatus
 TABLE = statements.TABLE
 KEY_TABLE = LimitKeyState._meta.db_table
 STATE_TABLE = QueueState._meta.db_table
+TASK_STATE_TABLE = TaskState._meta.db_table
 
 
 @dataclass(frozen=True)
 class Plan:
-    """What limits the claim for a message: the job's queue and the limits in force."""
+    """What limits the claim for a message: the limits in force, and the job's queue if a
+    queue limit needs it known beforehand (else the claim's lock reads it)."""
 
-    queue: str
+    queue: str | None = None
     queue_limit: int | None = None
     limit: Limit | None = None
 
 
 def claim(plan: Plan, job_id: int, *, task: str, worker: str, only: int | None = None):
-    """Claim the best job of ``task`` in ``plan.queue`` that its limits let start, or None.
+    """Claim the best job of ``task`` in ``job_id``'s queue that its limits let start, or None.
 
     ``only``: that job or nothing. ``job_id`` is the job the message names (rung again if a
     rate window holds it).
     """
     limit = plan.limit
     with transaction.atomic():
-        queue_paused = _lock_queue(plan.queue, exclusive=plan.queue_limit is not None)
-        state = _lock_task(task)
-        now = timezone.now()
-        if queue_paused or state.paused_at is not None:
+        locked = _lock(job_id, task, exclusive_queue=plan.queue_limit is not None)
+        if locked is None:  # the job is gone
             return None
-        if plan.queue_limit is not None and _running(queue=plan.queue) >= plan.queue_limit:
+        queue, paused, starts = locked
+        now = timezone.now()
+        if paused:
+            return None
+        if plan.queue_limit is not None and _running(queue=queue) >= plan.queue_limit:
             return None
         if limit is not None and limit.concurrency and _running(task=task) >= limit.concurrency:
             return None
         rate = limit.task_rate if limit is not None else None
         if rate is not None:
-            free_at = _window_free_at(state.starts, rate, now)
+            free_at = _window_free_at(starts, rate, now)
             if free_at is not None:
                 _ring_at(job_id, free_at)
                 return None
-        job = _pick_and_claim(plan, task, worker, now, only)
+        job = _pick_and_claim(queue, limit, task, worker, now, only)
         if job is None:
             if limit is not None and limit.key_rate:
                 _ring_when_a_key_frees(job_id, task, now)
             return None
         if rate is not None:
-            _record_task_start(state, rate, now)
+            _record_task_start(task, starts, rate, now)
         if limit is not None and (limit.key_rate or limit.fair):
             _record_key_start(task, job.limit_key, limit.per_key_rate, now)
     return job
 
 
-def _lock_queue(name: str, *, exclusive: bool) -> bool:
-    """Lock the queue's state row (made if missing when ``exclusive``); return if paused.
+@cache
+def _lock_sql(vendor: str, exclusive_queue: bool) -> str:
+    lock = ""
+    if vendor == "postgresql":
+        lock = f"FOR {'UPDATE' if exclusive_queue else 'KEY SHARE'} OF q FOR UPDATE OF t"
+    return (
+        f"SELECT j.queue, q.paused_at IS NOT NULL OR t.paused_at IS NOT NULL, t.starts "
+        f"FROM {TABLE} j JOIN {STATE_TABLE} q ON q.name = j.queue "
+        f"JOIN {TASK_STATE_TABLE} t ON t.name = %s WHERE j.id = %s {lock}"
+    )
 
-    Not exclusive: FOR KEY SHARE, as the free claim takes it, which a pause waits for.
+
+def _lock(job_id: int, task: str, *, exclusive_queue: bool):
+    """Lock the job's queue's state row and the task's; return (queue, paused, starts).
+
+    One statement when both rows exist (every worker makes them at start); a missing one is
+    made first. None if the job is gone.
     """
-    if exclusive:
-        QueueState.objects.get_or_create(name=name, defaults={"updated_at": timezone.now()})
-    lock = ("FOR UPDATE" if exclusive else "FOR KEY SHARE") if _postgres() else ""
+    sql = _lock_sql(connection.vendor, exclusive_queue)
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT paused_at FROM {STATE_TABLE} WHERE name = %s {lock}", [name])
+        cursor.execute(sql, [task, job_id])
         row = cursor.fetchone()
-    return row is not None and row[0] is not None
-
-
-def _lock_task(name: str) -> TaskState:
-    """Lock the task's state row, made if missing: every limited claim of it takes turns."""
-    rows = TaskState.objects.select_for_update().filter(name=name)
-    state = rows.first()
-    if state is None:
-        TaskState.objects.get_or_create(name=name, defaults={"updated_at": timezone.now()})
-        state = rows.first()
-    return state
+        if row is None:
+            queue = statements.queue_of(job_id)
+            if queue is None:
+                return None
+            now = timezone.now()
+            QueueState.objects.bulk_create(
+                [QueueState(name=queue, updated_at=now)], ignore_conflicts=True
+            )
+            TaskState.objects.bulk_create(
+                [TaskState(name=task, updated_at=now)], ignore_conflicts=True
+            )
+            cursor.execute(sql, [task, job_id])
+            row = cursor.fetchone()
+    queue, paused, starts = row
+    return queue, bool(paused), json.loads(starts) if isinstance(starts, str) else starts
 
 
 def _postgres() -> bool:
@@ -133,10 +153,9 @@ def _started(starts: list, rate: Rate, now: datetime) -> tuple[list[float], date
     return inside, _window_free_at(inside, rate, now)
 
 
-def _record_task_start(state: TaskState, rate: Rate, now: datetime) -> None:
-    state.starts, state.full_until = _started(state.starts, rate, now)
-    state.updated_at = now
-    state.save(update_fields=["starts", "full_until", "updated_at"])
+def _record_task_start(task: str, starts: list, rate: Rate, now: datetime) -> None:
+    inside, full_until = _started(starts, rate, now)
+    TaskState.objects.filter(name=task).update(starts=inside, full_until=full_until, updated_at=now)
 
 
 def _record_key_start(task: str, key: str, rate: Rate | None, now: datetime) -> None:
@@ -197,10 +216,9 @@ def _pick_sql(vendor: str, limit: Limit | None, only: bool) -> str:
     return f"{statements.SET_RUNNING.strip()} WHERE id = ({pick}) RETURNING {statements.COLUMNS}"
 
 
-def _pick_and_claim(plan: Plan, task: str, worker: str, now: datetime, only: int | None):
+def _pick_and_claim(queue, limit, task: str, worker: str, now: datetime, only: int | None):
     when = connection.ops.adapt_datetimefield_value
-    limit = plan.limit
-    params = [*statements.running_params(worker, now), plan.queue, task]
+    params = [*statements.running_params(worker, now), queue, task]
     params.append(when(now + statements.CLAIM_CLOCK_SKEW))
     if only is not None:
         params.append(only)

@@ -141,6 +141,19 @@ class Limit:
         }
 
 
+def summary(limit: Limit | None) -> str:
+    """The limit in a few words (``concurrency=2, key=tenant, key_rate=5/s``), or ``-``."""
+    if limit is None:
+        return "-"
+    parts = []
+    for name, value in limit.describe().items():
+        if isinstance(value, list):
+            value = ",".join(value)
+        if value not in (None, False):
+            parts.append(f"{name}={value}")
+    return ", ".join(parts)
+
+
 def limit_of(task) -> Limit | None:
     """The ``Limit`` declared on a task object, or None."""
     limit = getattr(task, "limit", None)

@@ -470,6 +470,7 @@ class TaskState(models.Model):
 
     class Meta:
         ordering = ["name"]
+        permissions = [("pause_task", "Can pause and resume tasks")]
 
     def __str__(self) -> str:
         return f"{self.name} ({'paused' if self.paused_at else 'running'})"

@@ -2,6 +2,7 @@
 
 from django.utils import timezone
 
+from jobs import task_states
 from jobs.accounting import counts, queues
 from jobs.models import Job, JobStatus, MaintenanceRun
 from jobs.queues import paused_names
@@ -33,6 +34,7 @@ def queue_stats(*, recent: int = RECENT_LIMIT) -> dict:
     oldest = min(queues.oldest_queued(queues.queue_names(found), now=now).values(), default=None)
     return {
         "paused_queues": sorted(paused_names()),
+        "paused_tasks": sorted(task_states.paused_names()),
         "maintenance": maintenance_status(now=now),
         "by_status": by_status,
         "by_queue": by_queue,

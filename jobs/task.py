@@ -302,12 +302,12 @@ def _plan(task: Task | None, job_id: int) -> limiter.Plan | None:
     """The limits a claim for ``job_id`` must keep, or None for the free claim.
 
     A task's own limit is known without a statement; a queue's needs the job's queue, read
-    only when some queue is limited.
+    first only when some queue is limited (else the limited claim's lock reads it).
     """
     limit = limits.limit_of(task)
     queue_limits = conf.get().queue_concurrency
-    if limit is None and not queue_limits:  # the usual case: no statement spent on it
-        return None
+    if not queue_limits:  # the usual case: no statement spent on it
+        return limiter.Plan(limit=limit) if limit is not None else None
     queue = _reconnecting(statements.queue_of, job_id)
     if queue is None or (limit is None and queue not in queue_limits):
         return None

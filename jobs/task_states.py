@@ -100,45 +100,55 @@ def paused_names() -> set[str]:
     return set(paused.values_list("name", flat=True))
 
 
-def describe(names=None) -> list[dict]:
-    """Return each task (default: the paused or limited ones) as the tasks API shows it.
+def describe(names=None, *, busiest_keys: bool = False) -> list[dict]:
+    """Return each task (default: the limited and the paused ones) as the tasks API shows it.
 
-    ``running`` is exact (an indexed count of the task's running rows); ``busiest_keys``
-    are the keys with the most running jobs, for a task with a keyed limit.
+    ``running`` is exact, from the engine's accounting (jobs.accounting). ``busiest_keys``
+    asks for the keys with the most running jobs of a keyed task: one grouped read of its
+    running rows (the partial index of running rows; as many as there are worker slots).
     """
+    from jobs.accounting import counts
+
     tasks = registered()
     if names is None:
         names = [n for n, t in tasks.items() if limits.limit_of(t)] + sorted(paused_names())
     names = list(dict.fromkeys(names))
     states = {state.name: state for state in TaskState.objects.filter(name__in=names)}
+    running = counts.by(counts.read(), "task")
+    now = timezone.now()
     found = []
     for name in names:
         state = states.get(name)
         limit = limits.limit_of(tasks.get(name))
-        running = Job.objects.filter(task=name, status=JobStatus.RUNNING).order_by()
         entry = {
             "name": name,
             "paused": bool(state and state.paused_at),
             "paused_at": state.paused_at if state else None,
             "paused_by": state.paused_by if state and state.paused_at else "",
             "limit": limit.describe() if limit else None,
-            "running": running.count(),
-            "rate_full_until": state.full_until if state and limit and limit.rate else None,
+            "running": running.get(name, {}).get(JobStatus.RUNNING, 0),
+            "rate_full_until": _future(state.full_until if state else None, now),
             "busiest_keys": [],
             "keys_rate_held": 0,
         }
         if limit is not None and limit.keyed:
-            entry["busiest_keys"] = _busiest_keys(running)
-            entry["keys_rate_held"] = LimitKeyState.objects.filter(
-                task=name, full_until__gt=timezone.now()
-            ).count()
+            if busiest_keys:
+                entry["busiest_keys"] = _busiest_keys(name)
+            if limit.key_rate:
+                held = LimitKeyState.objects.filter(task=name, full_until__gt=now)
+                entry["keys_rate_held"] = held.count()
         found.append(entry)
     return found
 
 
-def _busiest_keys(running) -> list[dict]:
+def _future(when, now):
+    return when if when is not None and when > now else None
+
+
+def _busiest_keys(name: str) -> list[dict]:
     from django.db.models import Count
 
+    running = Job.objects.filter(task=name, status=JobStatus.RUNNING).order_by()
     rows = (
         running.values("limit_key")
         .annotate(running=Count("id"))

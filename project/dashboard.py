@@ -14,7 +14,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from deployments.models import ACTIVE, Deployment, DeploymentStatus, StepRun, StepStatus
-from jobs import heartbeat
+from jobs import heartbeat, limits, task_states
 from jobs.accounting import counts, queues, stats
 from jobs.models import Job, JobStatus, WorkerHeartbeat
 from jobs.queues import paused_names
@@ -201,6 +201,15 @@ def maintenance_runs() -> list[dict]:
     return maintenance_status()
 
 
+def task_rows() -> list[dict]:
+    """Tasks that are limited or paused: their limit, running jobs, busiest keys, rate holds."""
+    rows = task_states.describe()
+    registered = task_states.registered()
+    for row in rows:
+        row["summary"] = limits.summary(limits.limit_of(registered.get(row["name"])))
+    return rows
+
+
 def dashboard(range_name: str = "1h") -> dict:
     now = timezone.now()
     if range_name not in RANGES:
@@ -208,6 +217,7 @@ def dashboard(range_name: str = "1h") -> dict:
     return {
         "now": now,
         "queues": queue_rows(now),
+        "tasks": task_rows(),
         "chart": throughput(range_name, now),
         "workers": worker_rows(now),
         "deployments": deployments_in_flight(now),

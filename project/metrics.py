@@ -23,11 +23,12 @@ from prometheus_client.core import (
 from prometheus_client.utils import floatToGoString
 
 from deployments.models import Deployment, DeploymentStatus
-from jobs import heartbeat
+from jobs import heartbeat, task_states
 from jobs.accounting import counts, queues, stats
 from jobs.accounting.rollup import RUN_TIME_BOUNDS, WAIT_TIME_BOUNDS
 from jobs.auth import verify_bearer
 from jobs.models import JobStatus, TokenScope, WorkerHeartbeat
+from jobs.queues import paused_names
 from webhooks.models import Delivery, DeliveryAttempt, DeliveryStatus
 
 logger = logging.getLogger(__name__)
@@ -70,6 +71,7 @@ class DatabaseCollector:
     def collect(self):
         now = timezone.now()
         yield from self._jobs(now)
+        yield from self._flow_control()
         yield from self._deployments(now)
         yield from self._webhooks()
         yield from self._workers(now)
@@ -101,6 +103,40 @@ class DatabaseCollector:
                 dead.add_metric([queue], per[JobStatus.DEAD])
         yield dead
         yield from self._job_stats(now)
+
+    def _flow_control(self):
+        paused = GaugeMetricFamily(
+            "conveyor_paused", "1 for each paused queue or task", labels=["kind", "name"]
+        )
+        for name in sorted(paused_names()):
+            paused.add_metric(["queue", name], 1)
+        for name in sorted(task_states.paused_names()):
+            paused.add_metric(["task", name], 1)
+        yield paused
+        limit = GaugeMetricFamily(
+            "conveyor_task_concurrency_limit",
+            "The most jobs of a task running at once everywhere (its declared limit)",
+            labels=["task"],
+        )
+        running = GaugeMetricFamily(
+            "conveyor_task_running", "Running jobs of each limited task (exact)", labels=["task"]
+        )
+        held = GaugeMetricFamily(
+            "conveyor_task_rate_held",
+            "1 while a task's rate window is full; per-key windows full now, per task",
+            labels=["task", "scope"],
+        )
+        for task in task_states.describe():
+            if task["limit"] is None:
+                continue
+            if task["limit"]["concurrency"] is not None:
+                limit.add_metric([task["name"]], task["limit"]["concurrency"])
+            running.add_metric([task["name"]], task["running"])
+            if task["limit"]["rate"]:
+                held.add_metric([task["name"], "task"], int(task["rate_full_until"] is not None))
+            if task["limit"]["key_rate"]:
+                held.add_metric([task["name"], "keys"], task["keys_rate_held"])
+        yield from (limit, running, held)
 
     def _job_stats(self, now):
         ended = stats.ended_since(now - STATS_WINDOW)

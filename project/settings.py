@@ -270,6 +270,13 @@ CONVEYOR_WEBHOOK_RETRY_AFTER_MAX = env.duration("CONVEYOR_WEBHOOK_RETRY_AFTER_MA
 CONVEYOR_WEBHOOK_RETENTION = env.duration("CONVEYOR_WEBHOOK_RETENTION", "30d")
 # Threads of the ``webhooks`` worker (make run, docker-compose): deliveries wait on receivers.
 CONVEYOR_WEBHOOK_CONCURRENCY = env.integer("CONVEYOR_WEBHOOK_CONCURRENCY", 32, minimum=1)
+# Per endpoint, across every worker: the most deliveries in flight (so one slow receiver
+# cannot take every thread; default half the pool) and the most started per window (N/s,
+# N/m or N/h; empty: none).
+CONVEYOR_WEBHOOK_ENDPOINT_CONCURRENCY = env.integer(
+    "CONVEYOR_WEBHOOK_ENDPOINT_CONCURRENCY", max(1, CONVEYOR_WEBHOOK_CONCURRENCY // 2), minimum=1
+)
+CONVEYOR_WEBHOOK_ENDPOINT_RATE = env.string("CONVEYOR_WEBHOOK_ENDPOINT_RATE", "")
 CONVEYOR_WORKSPACES_DIR = Path(env.string("CONVEYOR_WORKSPACES_DIR", str(VAR_DIR / "workspaces")))
 
 # --- Security (docs/operations.md "Security") -----------------------------------------------

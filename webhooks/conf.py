@@ -14,7 +14,13 @@ Setting                                Default  Meaning
 ``CONVEYOR_WEBHOOK_RETRY_AFTER_MAX``   15m      cap on a receiver's ``Retry-After``
 ``CONVEYOR_WEBHOOK_RETENTION``         30d      finished deliveries and old events kept this long
 ``CONVEYOR_WEBHOOK_CONCURRENCY``       32       threads of the ``webhooks`` worker (its pool)
+``…_ENDPOINT_CONCURRENCY``             pool/2   deliveries in flight per endpoint, everywhere
+``…_ENDPOINT_RATE``                    (none)   deliveries started per endpoint (``50/s``)
 =====================================  =======  ==============================================
+
+(``…`` stands for ``CONVEYOR_WEBHOOK``.) The per-endpoint limits are a jobs.limits.Limit on
+the deliver task, keyed by the endpoint: a delivery held back waits without spending an
+attempt and starts as soon as its endpoint has room.
 """
 
 import ipaddress
@@ -24,6 +30,7 @@ from datetime import timedelta
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
+from jobs.limits import parse_rate
 from project.env import at_least
 
 # How long a rotated-out secret keeps signing deliveries next to the new one.
@@ -49,6 +56,8 @@ class WebhookSettings:
     retry_after_max: int
     retention: timedelta
     concurrency: int
+    endpoint_concurrency: int
+    endpoint_rate: str | None
 
 
 def parse_networks(raw: str) -> tuple[Network, ...]:
@@ -61,6 +70,18 @@ def parse_networks(raw: str) -> tuple[Network, ...]:
             except ValueError as exc:
                 raise ImproperlyConfigured(f"CONVEYOR_WEBHOOKS_ALLOWED_NETWORKS: {exc}") from None
     return tuple(networks)
+
+
+def _rate(name: str) -> str | None:
+    """A rate setting (``50/s``), or None when empty; ImproperlyConfigured naming it if bad."""
+    raw = getattr(settings, name).strip()
+    if not raw:
+        return None
+    try:
+        parse_rate(raw)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name}: {exc}") from None
+    return raw
 
 
 def get() -> WebhookSettings:
@@ -77,6 +98,8 @@ def get() -> WebhookSettings:
         retry_after_max=int(settings.CONVEYOR_WEBHOOK_RETRY_AFTER_MAX.total_seconds()),
         retention=settings.CONVEYOR_WEBHOOK_RETENTION,
         concurrency=settings.CONVEYOR_WEBHOOK_CONCURRENCY,
+        endpoint_concurrency=settings.CONVEYOR_WEBHOOK_ENDPOINT_CONCURRENCY,
+        endpoint_rate=_rate("CONVEYOR_WEBHOOK_ENDPOINT_RATE"),
     )
 
 

@@ -114,7 +114,7 @@ def enqueue_deliveries(deliveries: list[Delivery]) -> None:
         return
     jobs = enqueue_many(
         DELIVER_TASK,
-        [{"delivery_id": delivery.pk} for delivery in deliveries],
+        [{"delivery_id": d.pk, "endpoint_id": d.endpoint_id} for d in deliveries],
         queue="webhooks",
         max_attempts=conf.get().max_attempts,
     )

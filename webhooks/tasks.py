@@ -6,11 +6,14 @@ Retries are decided by jobs.outcome with exponential backoff and full jitter
 Once ``CONVEYOR_WEBHOOK_MAX_ATTEMPTS`` are spent the job is dead and the ``job_dead``
 receiver marks the delivery dead. Deliveries go one per message (``batch = False``): they
 wait on receivers, so they spread over a thread pool rather than queue behind each other.
+Each endpoint gets at most ``CONVEYOR_WEBHOOK_ENDPOINT_CONCURRENCY`` of them at once and
+``CONVEYOR_WEBHOOK_ENDPOINT_RATE`` starts, everywhere (the task's Limit, by endpoint).
 """
 
 from celery import shared_task
 
 from jobs import Permanent, RetryAfter
+from jobs.limits import Limit
 from jobs.maintenance import runs
 from jobs.task import JobContext, JobTask
 from webhooks import conf
@@ -38,6 +41,11 @@ class DeliveryFailed(RetryAfter):
     job_max_attempts=_settings.max_attempts,
     soft_time_limit=SOFT_TIME_LIMIT,
     time_limit=TIME_LIMIT,
+    limit=Limit(
+        key=("endpoint_id",),
+        key_concurrency=_settings.endpoint_concurrency,
+        key_rate=_settings.endpoint_rate,
+    ),
 )
 def deliver(ctx: JobContext):
     """Attempt the delivery ``payload["delivery_id"]`` once and act on the outcome."""

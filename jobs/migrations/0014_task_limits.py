@@ -42,6 +42,7 @@ class Migration(migrations.Migration):
             ],
             options={
                 "ordering": ["name"],
+                "permissions": [("pause_task", "Can pause and resume tasks")],
             },
         ),
         migrations.AddField(

@@ -124,6 +124,7 @@ def test_the_dashboard_refresh_is_json_that_agrees_with_the_table(admin_user, jo
     assert set(body["parts"]) == {
         "dashboard-stamp",
         "dashboard-queues",
+        "dashboard-tasks",
         "dashboard-chart",
         "dashboard-workers",
         "dashboard-deployments",

@@ -151,7 +151,10 @@ def test_retrying_a_dead_delivery_job_replays_the_delivery(endpoint):
     delivery.refresh_from_db()
     assert new.pk != delivery.job_id or new.status == JobStatus.QUEUED
     assert delivery.status == DeliveryStatus.PENDING and delivery.job_id == new.pk
-    assert new.status == JobStatus.QUEUED and new.payload == {"delivery_id": delivery.pk}
+    assert new.status == JobStatus.QUEUED and new.payload == {
+        "delivery_id": delivery.pk,
+        "endpoint_id": delivery.endpoint_id,
+    }
 
 
 def test_a_deployment_job_follows_the_deployment_rules(make_project):

@@ -89,7 +89,7 @@ def test_a_job_carries_its_limit_key_and_held_jobs_spend_no_attempt():
     assert services.job_claim(c1.pk, worker="w/4") is None  # the task has its two
     held = Job.objects.filter(pk__in=[a2.pk, c1.pk]).values_list("status", "attempts")
     assert set(held) == {(S.QUEUED, 0)}
-    described = task_states.describe(["tests.limited"])[0]
+    described = task_states.describe(["tests.limited"], busiest_keys=True)[0]
     assert described["running"] == 2
     assert described["limit"]["concurrency"] == 2
     assert {k["key"] for k in described["busiest_keys"]} == {'"a"', '"b"'}

@@ -56,7 +56,10 @@ def test_each_subscribed_enabled_endpoint_gets_a_delivery_and_a_job():
     assert [d.endpoint_id for d in deliveries] == [first.pk, second.pk]
     assert {d.status for d in deliveries} == {DeliveryStatus.PENDING}
     jobs = Job.objects.filter(task="webhooks.deliver").order_by("id")
-    assert [j.payload for j in jobs] == [{"delivery_id": d.pk} for d in deliveries]
+    assert [j.payload for j in jobs] == [
+        {"delivery_id": d.pk, "endpoint_id": d.endpoint_id} for d in deliveries
+    ]
+    assert [j.limit_key for j in jobs] == [str(d.endpoint_id) for d in deliveries]
     assert [d.job_id for d in deliveries] == [j.pk for j in jobs]
     assert {(j.queue, j.max_attempts) for j in jobs} == {("webhooks", 6)}
 

@@ -4,6 +4,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from jobs import queues, task_states
 from jobs.models import JobStatus
 from webhooks import notify, services
 from webhooks.models import AttemptOutcome, Delivery, DeliveryStatus, Endpoint
@@ -13,21 +14,28 @@ pytestmark = pytest.mark.usefixtures("allow_private")
 
 
 @pytest.mark.django_db(transaction=True)  # autocommit, as in a worker: BEGIN/COMMIT counted
-def test_a_successful_delivery_costs_four_sql_statements(receiver):
+def test_a_successful_delivery_costs_eight_sql_statements(receiver):
     endpoint = services.endpoint_create(url=receiver.url(), topics=["job.dead"])
     Endpoint.objects.filter(pk=endpoint.pk).update(consecutive_dead=3)
     (delivery,) = notify("job.dead", {"job_id": 1}).deliveries.all()
+    queues.ensure_states()  # as every worker does when it starts
+    task_states.ensure_states()
 
     with CaptureQueriesContext(connection) as queries:
         deliver(delivery.job_id)
 
     statements = [(q["sql"].split()[0], q["sql"]) for q in queries.captured_queries]
-    # The job's claim (one statement that also reads its queue's pause and limit), the read of
-    # delivery + event + endpoint, the attempt row written with the delivery's move and the
-    # endpoint's reset in one statement, the job's completion.
-    assert [kind for kind, _ in statements] == ["WITH", "SELECT", "WITH", "UPDATE"]
-    assert "jobs_job" in statements[0][1] and "jobs_job" in statements[3][1]
-    record = statements[2][1]
+    # The claim under the per-endpoint limit (jobs.limiter): a transaction that locks the
+    # queue's and the task's state rows in one statement, then claims the best job whose
+    # endpoint has room. Then the read of delivery + event + endpoint, the attempt row written
+    # with the delivery's move and the endpoint's reset in one statement, the job's completion,
+    # and the read of the best due delivery to ring for, now that a slot is free.
+    kinds = [kind for kind, _ in statements]
+    assert kinds == ["BEGIN", "SELECT", "UPDATE", "COMMIT", "SELECT", "WITH", "UPDATE", "SELECT"]
+    assert "jobs_taskstate" in statements[1][1] and "FOR UPDATE OF" in statements[1][1]
+    assert "jobs_job" in statements[2][1] and "jobs_job" in statements[6][1]
+    assert '"jobs_job"."task" = \'webhooks.deliver\'' in statements[7][1]
+    record = statements[5][1]
     for table in ("webhooks_deliveryattempt", "webhooks_endpoint", "webhooks_delivery"):
         assert f'"{table}"' in record
 
