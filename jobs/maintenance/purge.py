@@ -10,13 +10,15 @@ ORDER BY finished_at LIMIT 1000)`` per batch; a job being retried meanwhile is k
 rows pointing at a deleted job are handled in the same statement, as their foreign key's
 ``on_delete`` says, e.g. a webhook delivery's link to its job is set to NULL).
 django-celery-results rows past ``CELERY_RESULT_EXPIRES`` and API idempotency keys older than
-24 hours go too, the same way on their date indexes.
+24 hours go too, the same way on their date indexes, and the state rows of task limit keys
+that have not started a job for a day (jobs.limits).
 
 Runs every ``CONVEYOR_PURGE_INTERVAL`` (default 1h). Logs one ``maintenance.purge`` line.
 """
 
 import logging
 from dataclasses import dataclass
+from datetime import timedelta
 
 from django.conf import settings
 from django.utils import timezone
@@ -24,10 +26,11 @@ from django_celery_results.models import TaskResult
 
 from jobs import conf
 from jobs.idempotency import KEY_RETENTION
-from jobs.models import IdempotencyKey, Job, JobStatus
+from jobs.models import IdempotencyKey, Job, JobStatus, LimitKeyState
 from project.batch_delete import BATCH_SIZE, delete_in_batches
 
 logger = logging.getLogger("jobs.maintenance")
+LIMIT_KEY_RETENTION = timedelta(days=1)
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,7 @@ class PurgeResult:
     dead: int = 0
     task_results: int = 0
     idempotency_keys: int = 0
+    limit_keys: int = 0
 
 
 def purge(batch_size: int = BATCH_SIZE) -> PurgeResult:
@@ -57,8 +61,18 @@ def purge(batch_size: int = BATCH_SIZE) -> PurgeResult:
         order_by="created_at",
         batch_size=batch_size,
     )
+    # A key idle this long has no start left in any rate window (the longest is an hour).
+    limit_keys = delete_in_batches(
+        LimitKeyState.objects.filter(last_started_at__lt=now - LIMIT_KEY_RETENTION),
+        order_by="last_started_at",
+        batch_size=batch_size,
+    )
     result = PurgeResult(
-        completed=completed, dead=dead, task_results=results, idempotency_keys=keys
+        completed=completed,
+        dead=dead,
+        task_results=results,
+        idempotency_keys=keys,
+        limit_keys=limit_keys,
     )
     logger.info("maintenance.purge", extra=vars(result))
     return result

@@ -258,3 +258,16 @@ def test_a_paused_task_starts_nothing_across_a_worker_restart_and_resume_drains_
     assert set(statuses) == {(S.QUEUED, 0)}
     task_states.resume("tests.stamp", actor="test")
     wait_until(lambda: client.llen(key) == 10, timeout=60, message="the resumed task to drain")
+
+
+@pytest.mark.django_db
+def test_the_purge_forgets_limit_keys_idle_for_a_day():
+    from jobs.maintenance.purge import purge
+
+    now = timezone.now()
+    LimitKeyState.objects.create(
+        task="tests.fair", key='"old"', last_started_at=now - timedelta(days=2)
+    )
+    LimitKeyState.objects.create(task="tests.fair", key='"new"', last_started_at=now)
+    assert purge().limit_keys == 1
+    assert list(LimitKeyState.objects.values_list("key", flat=True)) == ['"new"']
