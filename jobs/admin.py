@@ -15,7 +15,7 @@ from django.urls import path
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
-from jobs import attempts, owners
+from jobs import attempts, limiter, owners
 from jobs.admin_tokens import ApiTokenAdmin  # noqa: F401 - registers the token admin
 from jobs.changelist import JobPaginator, QueueFilter, TaskFilter
 from jobs.errors import IllegalTransition, JobNotFound
@@ -155,6 +155,7 @@ class JobAdmin(ConveyorModelAdmin):
         "task",
         "queue",
         "status",
+        "waiting",
         "reason",
         "priority",
         "attempts",
@@ -291,6 +292,10 @@ class JobAdmin(ConveyorModelAdmin):
     def colored_status(self, job: Job):
         # A class, not a style attribute: the console's CSP allows no inline style.
         return format_html('<b class="job-status {}">{}</b>', job.status, job.get_status_display())
+
+    @admin.display(description="waiting because")
+    def waiting(self, job: Job) -> str:
+        return limiter.why_waiting(job) or "—"
 
     @admin.display(description="attempts")
     def attempts_display(self, job: Job) -> str:

@@ -230,3 +230,41 @@ def _pick_and_claim(queue, limit, task: str, worker: str, now: datetime, only: i
         cursor.execute(_pick_sql(connection.vendor, limit, only is not None), params)
         row = cursor.fetchone()
     return statements.job_from_row(row) if row else None
+
+
+def why_waiting(job: Job) -> str:
+    """Why a queued or retrying job has not started, in a sentence (empty if nothing holds it).
+
+    For operators: a snapshot of the same rules the claim keeps, not a promise.
+    """
+    from jobs import conf, limits
+    from project.celery import app
+
+    if job.status not in (S.QUEUED, S.RETRYING):
+        return ""
+    now = timezone.now()
+    if job.run_after > now:
+        return f"due at {job.run_after:%Y-%m-%d %H:%M:%S} UTC"
+    if QueueState.objects.filter(name=job.queue, paused_at__isnull=False).exists():
+        return f"its queue {job.queue!r} is paused"
+    state = TaskState.objects.filter(name=job.task).first()
+    if state is not None and state.paused_at is not None:
+        return f"its task {job.task!r} is paused"
+    queue_limit = conf.get().queue_concurrency.get(job.queue)
+    if queue_limit is not None and _running(queue=job.queue) >= queue_limit:
+        return f"its queue is at its concurrency limit ({queue_limit} running)"
+    limit = limits.limit_of(app.tasks.get(job.task))
+    if limit is None:
+        return ""
+    if limit.concurrency and _running(task=job.task) >= limit.concurrency:
+        return f"its task is at its concurrency limit ({limit.concurrency} running)"
+    if limit.key_concurrency and (
+        _running(task=job.task, limit_key=job.limit_key) >= limit.key_concurrency
+    ):
+        return f"its key {job.limit_key} is at its limit ({limit.key_concurrency} running)"
+    if state is not None and state.full_until is not None and state.full_until > now:
+        return f"its task's rate ({limit.rate}) is used up until {state.full_until:%H:%M:%S} UTC"
+    key = LimitKeyState.objects.filter(task=job.task, key=job.limit_key).first()
+    if key is not None and key.full_until is not None and key.full_until > now:
+        return f"its key's rate ({limit.key_rate}) is used up until {key.full_until:%H:%M:%S} UTC"
+    return ""

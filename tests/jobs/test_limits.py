@@ -80,7 +80,7 @@ def _enqueue(task: str, tenants, key: str, max_attempts=None, **payload) -> list
 
 
 @pytest.mark.django_db
-def test_a_job_carries_its_limit_key_and_held_jobs_spend_no_attempt():
+def test_a_job_carries_its_limit_key_and_held_jobs_spend_no_attempt_and_say_why(admin_client):
     a1, a2, b1, c1 = _enqueue("tests.limited", "aabc", "k")
     assert [a1.limit_key, b1.limit_key] == ['"a"', '"b"']
     assert services.job_claim(a1.pk, worker="w/1") is not None
@@ -89,10 +89,20 @@ def test_a_job_carries_its_limit_key_and_held_jobs_spend_no_attempt():
     assert services.job_claim(c1.pk, worker="w/4") is None  # the task has its two
     held = Job.objects.filter(pk__in=[a2.pk, c1.pk]).values_list("status", "attempts")
     assert set(held) == {(S.QUEUED, 0)}
+    assert limiter.why_waiting(Job.objects.get(pk=a2.pk)) == (
+        "its task is at its concurrency limit (2 running)"
+    )
+    Job.objects.filter(pk=b1.pk).update(status=S.SUCCEEDED)  # a slot frees; tenant a's is taken
+    assert (
+        limiter.why_waiting(Job.objects.get(pk=a2.pk)) == 'its key "a" is at its limit (1 running)'
+    )
+    assert limiter.why_waiting(Job.objects.get(pk=c1.pk)) == ""
+    page = admin_client.get(f"/admin/jobs/job/{a2.pk}/change/").content.decode()
+    assert "Waiting because" in page and "is at its limit" in page
     described = task_states.describe(["tests.limited"], busiest_keys=True)[0]
-    assert described["running"] == 2
+    assert described["running"] == 1
     assert described["limit"]["concurrency"] == 2
-    assert {k["key"] for k in described["busiest_keys"]} == {'"a"', '"b"'}
+    assert described["busiest_keys"] == [{"key": '"a"', "running": 1}]
 
 
 @pytest.mark.django_db
