@@ -281,3 +281,19 @@ def test_the_purge_forgets_limit_keys_idle_for_a_day():
     LimitKeyState.objects.create(task="tests.fair", key='"new"', last_started_at=now)
     assert purge().limit_keys == 1
     assert list(LimitKeyState.objects.values_list("key", flat=True)) == ['"new"']
+
+
+@pytest.mark.django_db
+def test_the_tasks_command_lists_pauses_resumes_and_refuses_an_unknown_task(capsys):
+    from django.core.management import CommandError, call_command
+
+    call_command("tasks", "pause", "jobs.noop")
+    assert task_states.paused_names() == {"jobs.noop"}
+    call_command("tasks", "list")
+    out = capsys.readouterr().out
+    assert "jobs.noop" in out and "paused" in out
+    assert "tests.limited" in out and "concurrency=2;key=tenant;key_concurrency=1" in out
+    call_command("tasks", "resume", "jobs.noop")
+    assert not task_states.paused_names()
+    with pytest.raises(CommandError, match="no job task named 'nope'"):
+        call_command("tasks", "pause", "nope")
