@@ -13,7 +13,7 @@ from jobs.limits import Limit, parse_rate
 from jobs.maintenance.reaper import reap
 from jobs.models import Job, JobStatus, LimitKeyState
 from jobs.tasks import noop
-from tests.foundation.test_embedded import embedded_env
+from tests.foundation.test_embedded import embedded_env, manage
 from tests.jobtasks import samples
 from tests.processes import PYTHON, ROOT, wait_until
 
@@ -297,3 +297,30 @@ def test_the_tasks_command_lists_pauses_resumes_and_refuses_an_unknown_task(caps
     assert not task_states.paused_names()
     with pytest.raises(CommandError, match="no job task named 'nope'"):
         call_command("tasks", "pause", "nope")
+
+
+def test_limits_and_task_pauses_work_on_the_embedded_default(tmp_path):
+    env = embedded_env(tmp_path)
+    env.update(CONVEYOR_WEBHOOK_ENDPOINT_CONCURRENCY="1", CONVEYOR_WEBHOOK_ENDPOINT_RATE="2/h")
+    manage(env, "migrate", "--noinput")
+    code = (
+        "from jobs import services, task_states\n"
+        "from jobs.tasks import noop\n"
+        "from jobs.models import Job\n"
+        "jobs = services.enqueue_many('webhooks.deliver', [{'delivery_id': 0, 'endpoint_id': e}"
+        " for e in (1, 1, 2, 2, 2)])\n"
+        "claimed = [services.job_claim(j.pk, worker='w') is not None for j in jobs[:3]]\n"
+        "Job.objects.filter(pk=jobs[2].pk).update(status='succeeded')\n"
+        "claimed.append(services.job_claim(jobs[3].pk, worker='w') is not None)\n"
+        "Job.objects.filter(pk=jobs[3].pk).update(status='succeeded')\n"
+        "claimed.append(services.job_claim(jobs[4].pk, worker='w') is not None)\n"
+        "job = services.enqueue('jobs.noop', {})\n"
+        "task_states.pause('jobs.noop', actor='test')\n"
+        "noop(job.pk)\n"
+        "job.refresh_from_db()\n"
+        "print(claimed, job.status)\n"
+    )
+    out = manage(env, "shell", "-c", code)
+    # endpoint 1: one at a time; endpoint 2, one at a time: two starts, then its rate (2/h)
+    # is used up
+    assert out.stdout.strip().splitlines()[-1] == "[True, False, True, True, False] queued"
