@@ -295,7 +295,7 @@ class JobAdmin(ConveyorModelAdmin):
 
     @admin.display(description="waiting because")
     def waiting(self, job: Job) -> str:
-        return limiter.why_waiting(job) or "—"
+        return limiter.why_waiting(job) or "—"  # empty: it is not waiting
 
     @admin.display(description="attempts")
     def attempts_display(self, job: Job) -> str:

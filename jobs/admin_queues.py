@@ -5,6 +5,7 @@ A queue's actions need ``jobs.pause_queue`` and go through jobs.queues; a task's
 """
 
 from django.contrib import admin, messages
+from django.utils import timezone
 
 from jobs import conf, limits, queues, task_states
 from jobs.models import QueueState, TaskState
@@ -61,7 +62,7 @@ class QueueStateAdmin(ConveyorModelAdmin):
 class TaskStateAdmin(ConveyorModelAdmin):
     """Job tasks that were paused or limited: pause and resume one task in every queue."""
 
-    list_display = ("name", "paused", "paused_at", "paused_by", "declared_limit", "full_until")
+    list_display = ("name", "paused", "paused_at", "paused_by", "declared_limit", "window_full")
     readonly_fields = ("name", "paused_at", "paused_by", "full_until", "updated_at")
     exclude = ("starts",)
     actions = ["pause_selected", "resume_selected"]
@@ -80,6 +81,12 @@ class TaskStateAdmin(ConveyorModelAdmin):
     @admin.display(boolean=True, description="paused")
     def paused(self, state: TaskState) -> bool:
         return state.paused_at is not None
+
+    @admin.display(description="rate window full until")
+    def window_full(self, state: TaskState) -> str:
+        if state.full_until is None or state.full_until <= timezone.now():
+            return "—"
+        return f"{state.full_until:%Y-%m-%d %H:%M:%S} UTC"
 
     @admin.display(description="limit")
     def declared_limit(self, state: TaskState) -> str:

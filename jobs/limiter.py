@@ -232,6 +232,9 @@ def _pick_and_claim(queue, limit, task: str, worker: str, now: datetime, only: i
     return statements.job_from_row(row) if row else None
 
 
+NOTHING_HOLDS = "nothing holds it back: it waits for a free worker of its queue (or its turn)"
+
+
 def why_waiting(job: Job) -> str:
     """Why a queued or retrying job has not started, in a sentence (empty if nothing holds it).
 
@@ -255,7 +258,7 @@ def why_waiting(job: Job) -> str:
         return f"its queue is at its concurrency limit ({queue_limit} running)"
     limit = limits.limit_of(app.tasks.get(job.task))
     if limit is None:
-        return ""
+        return NOTHING_HOLDS
     if limit.concurrency and _running(task=job.task) >= limit.concurrency:
         return f"its task is at its concurrency limit ({limit.concurrency} running)"
     if limit.key_concurrency and (
@@ -267,4 +270,4 @@ def why_waiting(job: Job) -> str:
     key = LimitKeyState.objects.filter(task=job.task, key=job.limit_key).first()
     if key is not None and key.full_until is not None and key.full_until > now:
         return f"its key's rate ({limit.key_rate}) is used up until {key.full_until:%H:%M:%S} UTC"
-    return ""
+    return NOTHING_HOLDS

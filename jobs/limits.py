@@ -162,10 +162,16 @@ def limit_of(task) -> Limit | None:
 
 def check_declared(tasks) -> None:
     """Fail start-up (ImproperlyConfigured naming the task) on a bad ``limit`` declaration."""
+    from jobs.task import JobTask
+
     for task in tasks:
         limit = getattr(task, "limit", None)
         if limit is None:
             continue
+        if not isinstance(task, JobTask):
+            raise ImproperlyConfigured(
+                f"task {task.name!r}: a limit needs a job task (base=jobs.task.JobTask)"
+            )
         if not isinstance(limit, Limit):
             raise ImproperlyConfigured(
                 f"task {task.name!r}: limit must be a jobs.limits.Limit, not {limit!r}"

@@ -123,7 +123,8 @@ class DatabaseCollector:
         )
         held = GaugeMetricFamily(
             "conveyor_task_rate_held",
-            "1 while a task's rate window is full; per-key windows full now, per task",
+            "scope=task: 1 while the task's rate window is full; scope=keys: how many of its "
+            "keys have a full window now",
             labels=["task", "scope"],
         )
         for task in task_states.describe():

@@ -35,5 +35,5 @@ def _line(task: dict) -> str:
     limit = limits.limit_of(task_states.registered().get(task["name"]))
     return (
         f"{task['name']:<30} {'paused' if task['paused'] else 'active':<7} "
-        f"limit={limits.summary(limit).replace(', ', ';')} running={task['running']}"
+        f"limit={limits.summary(limit)} running={task['running']}"
     )
