@@ -166,6 +166,24 @@ def test_a_freed_slot_rings_for_a_job_held_in_another_queue(
     assert rung == [held.pk]  # the limit spans queues: so does the doorbell of a freed slot
 
 
+@pytest.mark.django_db
+def test_a_job_held_by_an_hourly_rate_is_rung_for_within_the_publish_horizon(
+    monkeypatch, django_capture_on_commit_callbacks
+):
+    from jobs.publish import SCHEDULE_HORIZON_SECONDS
+
+    plan = limiter.Plan(limit=Limit(rate="1/h"))
+    first, held = (services.enqueue("jobs.noop", {}) for _ in range(2))
+    assert limiter.claim(plan, first.pk, task="jobs.noop", worker="w/1") is not None
+    sent = []
+    monkeypatch.setattr("jobs.publish.messages", lambda jobs: sent.extend(jobs) or [])
+    with django_capture_on_commit_callbacks(execute=True):
+        assert limiter.claim(plan, held.pk, task="jobs.noop", worker="w/2") is None
+    [rung] = sent  # the window frees in an hour: beyond the horizon a doorbell is not sent
+    horizon = timezone.now() + timedelta(seconds=SCHEDULE_HORIZON_SECONDS)
+    assert rung.pk == held.pk and rung.run_after <= horizon
+
+
 TENANTS = "abcdef"
 LIMIT_ENV = {"CONVEYOR_JOB_LEASE_TIMEOUT": "6s"}
 
