@@ -23,7 +23,7 @@ from jobs import attempts, conf, limits, statements
 from jobs.models import Job, JobReason, JobStatus
 from jobs.outcome import Decision
 from jobs.publish import publish_on_commit
-from jobs.queues import ring
+from jobs.queues import ring, ring_task
 from jobs.services.base import MAX_ERROR_LENGTH, log_job
 
 R = JobReason
@@ -138,13 +138,14 @@ def _ring_if_limited(job: Job) -> None:
     """A run of a limited queue or task ended: a slot is free, so ring for the next one now.
 
     Its held-back jobs' own doorbells were dropped while the slots were full; without this
-    they would wait for the sweeper.
+    they would wait for the sweeper. A task's limit spans its queues: the task's best due job
+    of every queue is rung for (jobs.queues.ring_task), not only the freed run's queue's.
     """
     from project.celery import app
 
     limit = limits.limit_of(app.tasks.get(job.task))
     if limit is not None and limit.frees_slots:
-        transaction.on_commit(lambda: ring(job.queue, task=job.task, limit=1), robust=True)
+        transaction.on_commit(lambda: ring_task(job.task), robust=True)
     if job.queue in conf.get().queue_concurrency:
         transaction.on_commit(lambda: ring(job.queue, limit=1), robust=True)
 

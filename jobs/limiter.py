@@ -29,7 +29,7 @@ from django.utils import timezone
 from jobs import statements
 from jobs.limits import Limit, Rate
 from jobs.models import Job, JobStatus, LimitKeyState, QueueState, TaskState
-from jobs.publish import publish_on_commit
+from jobs.publish import SCHEDULE_HORIZON_SECONDS, publish_on_commit
 
 S = JobStatus
 TABLE = statements.TABLE
@@ -169,10 +169,15 @@ def _record_key_start(task: str, key: str, rate: Rate | None, now: datetime) -> 
 
 
 def _ring_at(job_id: int, when: datetime) -> None:
-    """Ring for ``job_id`` again once ``when`` has come (after this transaction commits)."""
+    """Ring for ``job_id`` again once ``when`` has come (after this transaction commits).
+
+    No later than the publish horizon (an hour's window can be full for longer, and a
+    doorbell beyond the horizon is not sent): a claim then looks again and re-rings.
+    """
     job = Job.objects.filter(pk=job_id).only("id", "task", "queue").first()
     if job is not None:
-        job.run_after = when + timedelta(milliseconds=5)
+        horizon = timezone.now() + timedelta(seconds=SCHEDULE_HORIZON_SECONDS)
+        job.run_after = min(when + timedelta(milliseconds=5), horizon)
         publish_on_commit([job])
 
 

@@ -96,6 +96,25 @@ def ring(name: str, *, task: str | None = None, limit: int | None = None) -> int
     return publish(list(jobs[:limit] if limit is not None else jobs))
 
 
+def ring_task(task: str) -> int:
+    """Ring for ``task``'s best due job in each queue that is not paused: a slot of its
+    limit is free.
+
+    A task's limit holds across queues while a message's claim takes jobs of its own queue
+    only, so ringing the freed run's queue alone would leave a job held in another queue to
+    the sweeper. The queues are the ``QueueState`` rows (a limited claim makes its queue's);
+    each is one range of ``job_runnable_idx``.
+    """
+    now = timezone.now()
+    names = QueueState.objects.filter(paused_at__isnull=True).order_by("name")
+    best = []
+    for queue in names.values_list("name", flat=True):
+        due = Job.objects.filter(queue=queue, task=task, status__in=PENDING, run_after__lte=now)
+        job = due.only("id", "task", "queue", "run_after").order_by("-priority", "run_after", "id")
+        best.extend(job[:1])
+    return publish(best)
+
+
 def paused_names() -> set[str]:
     """Return the names of the paused queues."""
     paused = QueueState.objects.filter(paused_at__isnull=False).order_by()

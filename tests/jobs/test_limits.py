@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from jobs import limiter, services, task_states
+from jobs import completer, limiter, outcome, services, task_states
 from jobs.limits import Limit, parse_rate
 from jobs.maintenance.reaper import reap
 from jobs.models import Job, JobStatus, LimitKeyState
@@ -158,6 +158,40 @@ def test_a_paused_task_starts_nothing_in_any_queue_and_resume_lets_it_run():
     assert Job.objects.get(pk=job.pk).status == S.SUCCEEDED
     with pytest.raises(task_states.UnknownTask, match="no job task named 'nope'"):
         task_states.pause("nope", actor="test")
+
+
+@pytest.mark.django_db
+def test_a_freed_slot_rings_for_a_job_held_in_another_queue(
+    monkeypatch, django_capture_on_commit_callbacks
+):
+    a, b = _enqueue("tests.limited", "ab", "k")
+    held = services.enqueue("tests.limited", {"key": "k", "tenant": "c"}, queue="emails")
+    first = services.job_claim(a.pk, worker="w/1")
+    assert services.job_claim(b.pk, worker="w/2") is not None
+    assert services.job_claim(held.pk, worker="w/3") is None  # the task has its two
+    rung = []
+    monkeypatch.setattr("jobs.queues.publish", lambda jobs: rung.extend(j.pk for j in jobs))
+    with django_capture_on_commit_callbacks(execute=True):
+        completer.finish(outcome.Decision(S.SUCCEEDED, result="null"), first)
+    assert rung == [held.pk]  # the limit spans queues: so does the doorbell of a freed slot
+
+
+@pytest.mark.django_db
+def test_a_job_held_by_an_hourly_rate_is_rung_for_within_the_publish_horizon(
+    monkeypatch, django_capture_on_commit_callbacks
+):
+    from jobs.publish import SCHEDULE_HORIZON_SECONDS
+
+    plan = limiter.Plan(limit=Limit(rate="1/h"))
+    first, held = (services.enqueue("jobs.noop", {}) for _ in range(2))
+    assert limiter.claim(plan, first.pk, task="jobs.noop", worker="w/1") is not None
+    sent = []
+    monkeypatch.setattr("jobs.publish.messages", lambda jobs: sent.extend(jobs) or [])
+    with django_capture_on_commit_callbacks(execute=True):
+        assert limiter.claim(plan, held.pk, task="jobs.noop", worker="w/2") is None
+    [rung] = sent  # the window frees in an hour: beyond the horizon a doorbell is not sent
+    horizon = timezone.now() + timedelta(seconds=SCHEDULE_HORIZON_SECONDS)
+    assert rung.pk == held.pk and rung.run_after <= horizon
 
 
 TENANTS = "abcdef"
