@@ -17,6 +17,7 @@ exact). A slot freed by a run's end rings for the task at once (jobs.completer);
 window that is full re-rings when it frees.
 """
 
+import hashlib
 import json
 import re
 from collections.abc import Sequence
@@ -122,12 +123,17 @@ class Limit:
         return self.concurrency is not None or self.key_concurrency is not None
 
     def key_of(self, payload: dict) -> str:
-        """The limit key of a job with ``payload``: its key values as compact JSON."""
+        """The limit key of a job with ``payload``: its key values as compact JSON (a missing
+        value is ``null``); a longer one than the column holds, its prefix and a digest."""
         if self.key is None:
             return ""
         values = [payload.get(name) for name in self.key]
-        text = json.dumps(values[0] if len(values) == 1 else values, separators=(",", ":"))
-        return text[:LIMIT_KEY_LENGTH]
+        value = values[0] if len(values) == 1 else values
+        text = json.dumps(value, separators=(",", ":"), sort_keys=True)
+        if len(text) <= LIMIT_KEY_LENGTH:
+            return text
+        digest = hashlib.sha256(text.encode()).hexdigest()
+        return f"{text[: LIMIT_KEY_LENGTH - len(digest) - 1]}~{digest}"
 
     def describe(self) -> dict:
         """The limit as the queues API and the console show it."""

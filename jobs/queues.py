@@ -17,6 +17,7 @@ import logging
 
 from celery import signals
 from django.db import close_old_connections, transaction
+from django.db.models import OuterRef, Subquery
 from django.utils import timezone
 
 from jobs import conf
@@ -102,17 +103,19 @@ def ring_task(task: str) -> int:
 
     A task's limit holds across queues while a message's claim takes jobs of its own queue
     only, so ringing the freed run's queue alone would leave a job held in another queue to
-    the sweeper. The queues are the ``QueueState`` rows (a limited claim makes its queue's);
-    each is one range of ``job_runnable_idx``.
+    the sweeper. The queues are the ``QueueState`` rows (a limited claim makes its queue's),
+    read in one statement with one range of ``job_runnable_idx`` per queue.
     """
     now = timezone.now()
-    names = QueueState.objects.filter(paused_at__isnull=True).order_by("name")
-    best = []
-    for queue in names.values_list("name", flat=True):
-        due = Job.objects.filter(queue=queue, task=task, status__in=PENDING, run_after__lte=now)
-        job = due.only("id", "task", "queue", "run_after").order_by("-priority", "run_after", "id")
-        best.extend(job[:1])
-    return publish(best)
+    due = Job.objects.filter(
+        queue=OuterRef("name"), task=task, status__in=PENDING, run_after__lte=now
+    ).order_by("-priority", "run_after", "id")
+    states = QueueState.objects.filter(paused_at__isnull=True).order_by()
+    best = states.annotate(best=Subquery(due.values("id")[:1])).values_list("best", flat=True)
+    ids = [job_id for job_id in best if job_id is not None]
+    if not ids:  # the usual case after a run ends with nothing held: one statement
+        return 0
+    return publish(list(Job.objects.filter(pk__in=ids).only("id", "task", "queue", "run_after")))
 
 
 def paused_names() -> set[str]:

@@ -33,7 +33,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 from kombu.exceptions import ChannelError
 
-from jobs import conf
+from jobs import conf, task_states
 from jobs.models import MAX_BACKOFF_DOUBLINGS, PENDING, Job
 from jobs.publish import SCHEDULE_HORIZON_SECONDS, publish
 from jobs.queues import paused_names
@@ -136,10 +136,16 @@ def sweep() -> SweepResult:
         by_queue[job.queue].append(job)
     republished = skipped = held = 0
     paused = paused_names()
+    paused_tasks = task_states.paused_names()
     for queue, jobs in by_queue.items():
         if queue in paused:  # its doorbells would be dropped; resume rings for them
             held += len(jobs)
             continue
+        if paused_tasks:  # the same for a paused task's jobs
+            jobs = [job for job in jobs if job.task not in paused_tasks]
+            held += len(by_queue[queue]) - len(jobs)
+            if not jobs:
+                continue
         depth = _queue_depth(queue)
         # A message may carry up to CONVEYOR_BATCH_SIZE ids (jobs.publish): a queue still
         # holding that many is a backlog being worked through, not a loss.

@@ -368,3 +368,26 @@ def test_limits_and_task_pauses_work_on_the_embedded_default(tmp_path):
     # endpoint 1: one at a time; endpoint 2, one at a time: two starts, then its rate (2/h)
     # is used up
     assert out.stdout.strip().splitlines()[-1] == "[True, False, True, True, False] queued"
+
+
+def test_a_limit_key_is_the_same_for_equal_values_and_distinct_for_long_ones():
+    limit = Limit(key=("who",), key_concurrency=1)
+    assert limit.key_of({"who": {"b": 1, "a": 2}}) == limit.key_of({"who": {"a": 2, "b": 1}})
+    assert limit.key_of({}) == "null"
+    long_a, long_b = limit.key_of({"who": "x" * 300 + "a"}), limit.key_of({"who": "x" * 300 + "b"})
+    assert long_a != long_b and len(long_a) == len(long_b) == 200
+
+
+@pytest.mark.django_db
+def test_the_sweeper_leaves_a_paused_tasks_jobs_to_its_resume():
+    from jobs.maintenance.sweeper import sweep
+
+    held = services.enqueue("jobs.noop", {})
+    other = services.enqueue("tests.record", {})
+    old = timezone.now() - timedelta(minutes=10)
+    Job.objects.filter(pk__in=[held.pk, other.pk]).update(published_at=old, run_after=old)
+    task_states.pause("jobs.noop", actor="test")
+    result = sweep()
+    assert result.skipped_paused == 1  # the other job was re-sent, or left to its backlog
+    assert result.republished + result.skipped_backlog == 1
+    assert Job.objects.get(pk=held.pk).published_at == old

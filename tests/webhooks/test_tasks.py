@@ -34,7 +34,8 @@ def test_a_successful_delivery_costs_eight_sql_statements(receiver):
     assert kinds == ["BEGIN", "SELECT", "UPDATE", "COMMIT", "SELECT", "WITH", "UPDATE", "SELECT"]
     assert "jobs_taskstate" in statements[1][1] and "FOR UPDATE OF" in statements[1][1]
     assert "jobs_job" in statements[2][1] and "jobs_job" in statements[6][1]
-    assert '"jobs_job"."task" = \'webhooks.deliver\'' in statements[7][1]
+    assert "jobs_queuestate" in statements[7][1]  # its best due job in each queue, at once
+    assert "\"task\" = 'webhooks.deliver'" in statements[7][1]
     record = statements[5][1]
     for table in ("webhooks_deliveryattempt", "webhooks_endpoint", "webhooks_delivery"):
         assert f'"{table}"' in record
