@@ -385,9 +385,9 @@ class MaintenanceRunAdmin(ConveyorModelAdmin):
     """Every recorded maintenance run; above the list, each runner's last one."""
 
     list_display = ("finished_at", "runner", "duration_ms", "counts", "short_error", "host")
-    list_filter = ("runner",)
+    # No date_hierarchy: its month list sorts every run. A date filter is a range.
+    list_filter = ("runner", ("finished_at", admin.DateFieldListFilter))
     search_fields = ("runner", "error")
-    date_hierarchy = "finished_at"
     list_per_page = 50
     show_full_result_count = False
     readonly_fields = [f.name for f in MaintenanceRun._meta.fields]
