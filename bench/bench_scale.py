@@ -31,6 +31,9 @@ median of 5 after one warm-up:
   statement is reported too, and alone when the server log cannot be read).
 
 Prints the table (read | each size | largest/0) and writes ``bench/results/scale.json``.
+The database stays when the run ends; with ``BENCH_SCALE_KEEP=1`` the last size skips its
+purge, so the table is left as built, to profile a read against (e.g. the Jobs changelist
+under cProfile in ``manage.py shell`` with ``DATABASE_URL`` set to it).
 """
 
 import os
@@ -56,6 +59,7 @@ PURGE_BUDGET_S = float(os.environ.get("BENCH_SCALE_PURGE_BUDGET") or 300)
 QUEUES = ("default", "deployments", "webhooks", "maintenance")
 TASKS = tuple(f"scale.task_{n}" for n in range(8))
 SERVER_LOG = os.environ.get("BENCH_SCALE_SERVER_LOG", "")
+KEEP = os.environ.get("BENCH_SCALE_KEEP", "") not in ("", "0")
 
 
 def scale_database_url() -> str:
@@ -485,7 +489,7 @@ def main() -> dict:
             entry["reads"] = {"sweeper run": sweeper_ms(), **http_reads(client, token)}
             entry["reads"]["the claim"] = claim_ms()
             entry["reads"]["pickup"] = pickup_ms()
-            if size:
+            if size and not (KEEP and size == SIZES[-1]):
                 entry["purge"] = measure_purge()
             results[str(size)] = entry
             print(f"scale: {size:,} measured: {entry}", flush=True)
@@ -494,6 +498,8 @@ def main() -> dict:
     harness.record("scale", results)
     print()
     print(table(results))
+    if KEEP:
+        print(f"\nscale: {harness.DATABASE_URL} kept with {SIZES[-1]:,} jobs as built")
     return results
 
 

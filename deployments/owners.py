@@ -5,23 +5,24 @@ once the old one has finished); a cancel is the deployment's cancel. Registered 
 job engine in ``DeploymentsConfig.ready``.
 """
 
-from django.urls import reverse
-
 from deployments import services
 from deployments.errors import DeploymentError
 from deployments.models import Deployment, DeploymentStatus
 from jobs import owners
 from jobs.models import Job
+from project.admin_urls import url_per_pk
 
 
-def _info(deployment: Deployment) -> owners.OwnerInfo:
+def _info(deployment: Deployment, change_url=None) -> owners.OwnerInfo:
+    """Describe ``deployment``; ``change_url`` (``pk -> URL``) saves a page a reverse per row."""
+    change_url = change_url or url_per_pk("admin:deployments_deployment_change")
     return owners.OwnerInfo(
         kind="deployment",
         id=deployment.pk,
         label=f"deployment {deployment.pk} ({deployment.project.slug}/"
         f"{deployment.environment}@{deployment.ref})",
         status=deployment.status,
-        url=reverse("admin:deployments_deployment_change", args=[deployment.pk]),
+        url=change_url(deployment.pk),
         failed=deployment.status == DeploymentStatus.FAILED,
         api_path=f"/api/v1/deployments/{deployment.pk}",
     )
@@ -29,11 +30,15 @@ def _info(deployment: Deployment) -> owners.OwnerInfo:
 
 def _describe(jobs: list[Job]) -> dict[int, owners.OwnerInfo]:
     ids = {job.pk: (job.payload or {}).get("deployment_id") for job in jobs}
-    found = Deployment.objects.select_related("project").in_bulk(
-        [i for i in ids.values() if i is not None]
+    # Only what the label shows, not the pipeline snapshot and parameters of each.
+    found = (
+        Deployment.objects.select_related("project")
+        .only("status", "environment", "ref", "project__slug")
+        .in_bulk([i for i in ids.values() if i is not None])
     )
+    change_url = url_per_pk("admin:deployments_deployment_change")
     return {
-        job_id: _info(found[deployment_id])
+        job_id: _info(found[deployment_id], change_url)
         for job_id, deployment_id in ids.items()
         if deployment_id in found
     }

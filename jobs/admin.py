@@ -17,12 +17,13 @@ from django.utils.html import format_html, format_html_join
 
 from jobs import attempts, limiter, owners
 from jobs.admin_tokens import ApiTokenAdmin  # noqa: F401 - registers the token admin
-from jobs.changelist import JobPaginator, QueueFilter, TaskFilter
+from jobs.changelist import JobPaginator, QueueFilter, TaskFilter, to_the_second
 from jobs.errors import IllegalTransition, JobNotFound
 from jobs.models import (
     FINISHED,
     AuditLog,
     Job,
+    JobReason,
     JobStatus,
     MaintenanceRun,
     Notification,
@@ -57,8 +58,9 @@ def _act(action, job_id: int, request):
     return action(job_id, actor=request.user.get_username())
 
 
-def _second(when) -> str:
-    return when.strftime("%Y-%m-%d %H:%M:%S") if when else "—"
+# Looked up once, not through get_FOO_display (which rebuilds the choices on every call).
+STATUS_LABELS = dict(JobStatus.choices)
+REASON_LABELS = dict(JobReason.choices)
 
 
 def pretty_json(value):
@@ -76,7 +78,7 @@ def _to_the_second(field: str):
 
     @admin.display(description=field.replace("_", " "), ordering=field)
     def show(self, job: Job) -> str:
-        return _second(getattr(job, field))
+        return to_the_second(getattr(job, field))
 
     return show
 
@@ -112,15 +114,17 @@ class JobChangeList(ConveyorChangeList):
 
 @admin.register(Job)
 class JobAdmin(ConveyorModelAdmin):
+    # Fields and display methods that read only the row (owners come in one query per owning
+    # app, in JobChangeList): jobs.changelist.page_rows renders them in one pass.
     list_display = (
         "id",
         "task",
         "queue",
         "colored_status",
         "attempts_display",
-        "reason",
-        "run_after",
+        "priority",
         "created_at",
+        "run_after",
         "finished_at",
         "owner_link",
         "short_error",
@@ -140,6 +144,7 @@ class JobAdmin(ConveyorModelAdmin):
         css = {"all": ("console/console.css",)}  # the status colours (job-status)
 
     change_form_template = "admin/jobs/job/change_form.html"
+    change_list_template = "admin/jobs/job/change_list.html"  # rows from page_rows
     TIMES = (
         "run_after",
         "created_at",
@@ -290,8 +295,15 @@ class JobAdmin(ConveyorModelAdmin):
 
     @admin.display(description="status", ordering="status")
     def colored_status(self, job: Job):
+        """The status as a coloured label, followed by its reason if it has one."""
         # A class, not a style attribute: the console's CSP allows no inline style.
-        return format_html('<b class="job-status {}">{}</b>', job.status, job.get_status_display())
+        status = format_html(
+            '<b class="job-status {}">{}</b>', job.status, STATUS_LABELS.get(job.status, job.status)
+        )
+        if not job.reason:
+            return status
+        reason = REASON_LABELS.get(job.reason, job.reason)
+        return format_html('{} <small class="job-reason">{}</small>', status, reason)
 
     @admin.display(description="waiting because")
     def waiting(self, job: Job) -> str:
@@ -310,8 +322,8 @@ class JobAdmin(ConveyorModelAdmin):
                 (
                     entry["attempt"],
                     entry["worker"],
-                    _second(entry["started_at"]),
-                    _second(entry["finished_at"]),
+                    to_the_second(entry["started_at"]),
+                    to_the_second(entry["finished_at"]),
                     entry["outcome"],
                     f"({entry['reason']})" if entry["reason"] else "",
                     attempts.describe(entry["error"]),
@@ -378,9 +390,9 @@ class MaintenanceRunAdmin(ConveyorModelAdmin):
     """Every recorded maintenance run; above the list, each runner's last one."""
 
     list_display = ("finished_at", "runner", "duration_ms", "counts", "short_error", "host")
-    list_filter = ("runner",)
+    # No date_hierarchy: its month list sorts every run. A date filter is a range.
+    list_filter = ("runner", ("finished_at", admin.DateFieldListFilter))
     search_fields = ("runner", "error")
-    date_hierarchy = "finished_at"
     list_per_page = 50
     show_full_result_count = False
     readonly_fields = [f.name for f in MaintenanceRun._meta.fields]

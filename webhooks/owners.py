@@ -5,10 +5,9 @@ a cancel ends the delivery too (``dead``, "cancelled by …"). Registered with t
 in ``WebhooksConfig.ready``.
 """
 
-from django.urls import reverse
-
 from jobs import owners
 from jobs.models import Job
+from project.admin_urls import url_per_pk
 from webhooks import services
 from webhooks.dispatch import DELIVER_TASK
 from webhooks.errors import WebhookError
@@ -24,9 +23,13 @@ def _delivery_id(job: Job) -> int:
 
 def _describe(jobs: list[Job]) -> dict[int, owners.OwnerInfo]:
     ids = {job.pk: (job.payload or {}).get("delivery_id") for job in jobs}
-    found = Delivery.objects.select_related("event", "endpoint").in_bulk(
-        [i for i in ids.values() if i is not None]
+    # Only what the label shows: not the event's body (the whole payload sent) nor the secret.
+    found = (
+        Delivery.objects.select_related("event", "endpoint")
+        .only("status", "event__type", "endpoint__description")
+        .in_bulk([i for i in ids.values() if i is not None])
     )
+    change_url = url_per_pk("admin:webhooks_delivery_change")
     described = {}
     for job_id, delivery_id in ids.items():
         delivery = found.get(delivery_id)
@@ -38,7 +41,7 @@ def _describe(jobs: list[Job]) -> dict[int, owners.OwnerInfo]:
             # The endpoint by its name, never its URL: whoever may see jobs sees this label.
             label=f"delivery {delivery.pk} ({delivery.event.type} → {delivery.endpoint})",
             status=delivery.status,
-            url=reverse("admin:webhooks_delivery_change", args=[delivery.pk]),
+            url=change_url(delivery.pk),
             failed=delivery.status == DeliveryStatus.DEAD,
         )
     return described
