@@ -1,33 +1,53 @@
-"""Job engine throughput: no-op jobs end to end against raw Celery, side by side.
+"""Job engine throughput: no-op jobs end to end, side by side with raw Celery and two baselines.
 
-One worker (``celery worker``, prefork × ``BENCH_CONCURRENCY`` = 2, acks late, prefetch 1,
-no result backend writes on either side), one Redis broker and one PostgreSQL database serve
-every variant, in interleaved rounds (5, or 2 with ``BENCH_QUICK=1``; the order rotates each
-round). Each round of each variant runs ``BENCH_JOBS`` (3,000) jobs or tasks:
+Every worker is a ``celery worker``, prefork × ``BENCH_CONCURRENCY`` (2), acks late, prefetch
+1, no result backend writes, started the same way. Conveyor's worker serves Conveyor's
+variants and the raw tasks on Redis ``BENCH_REDIS_URL``; each baseline has a worker, a Redis
+database and a queue of its own (``bench.baselines``), so no worker sees another's messages:
 
-* ``raw_noop``: raw Celery, ``send_task`` of a task that increments a Redis counter;
-* ``raw_floor``: raw Celery, one message per row of a bench table, the task doing a
-  claim-like and a complete-like single-row UPDATE, each its own commit (rows inserted by
-  one INSERT inside the clock): the floor of "claim + complete" with one message per job;
+* ``plain_django``: a minimal Django project with Celery and no Conveyor app
+  (``bench.baseline_django``), a ``@shared_task`` no-op: the alternative to Conveyor;
+* ``bare_celery``: a Celery app without Django (``bench.baseline_celery``): Celery's ceiling;
+* ``raw_noop``: raw Celery inside Conveyor's worker (its signal handlers attached),
+  ``send_task`` of a task that increments a Redis counter, as the baselines' no-ops do;
+* ``raw_floor``: raw Celery in Conveyor's worker, one message per row of a bench table, the
+  task doing a claim-like and a complete-like single-row UPDATE, each its own commit (rows
+  inserted by one INSERT inside the clock): the floor of "claim + complete" per message;
 * ``single``: ``enqueue_many("jobs.noop")`` with ``CONVEYOR_BATCH_SIZE=1`` (one message
   per job: the lean single path);
 * ``batch_10`` / ``batch_25`` (the default) / ``batch_50``: ``enqueue_many("jobs.noop")``
   with that ``CONVEYOR_BATCH_SIZE``.
 
-The clock runs from just before the first publish (for Conveyor: before the bulk INSERT) to
-the end of the last task (raw: a Redis stamp each task writes; Conveyor: the last
-``finished_at``). Ratios are taken per round against the same round's raw variant.
-Also: the SQL statements of the worker's hot path, counted in-process (single and batched).
+Two measurements, each in interleaved rounds (5, or 2 with ``BENCH_QUICK=1``; the order
+rotates each round) of ``BENCH_JOBS`` (3,000) jobs or tasks per variant:
+
+* **steady**: the three workers run throughout; the clock runs from just before the first
+  publish (for Conveyor: before the bulk INSERT) to the end of the last task (raw and
+  baselines: a Redis stamp each task writes; Conveyor: the last ``finished_at``);
+* **drain** (``plain_django``, ``bare_celery``, ``raw_noop``, ``single``, ``batch_25``): the
+  backlog is published (for Conveyor: enqueued and committed, so published on commit) while
+  no worker reads that queue, then a fresh worker is started. The clock runs from the
+  moment the worker is ready (``worker_ready``, stamped in Redis by ``bench.counting``) to
+  the end of the last task; ``startup_s`` is the start command to ready, and the ``cold``
+  ratios clock from the start command instead.
+
+Ratios are taken per round against the same round's other variant. Also: the worker's CPU per
+job in the steady rounds, and the SQL statements of the worker's hot path, counted
+in-process (single and batched).
 """
 
+import contextlib
 import os
+import signal
 import time
 
-from bench import harness
+from bench import baselines, harness
 
 N = int(os.environ.get("BENCH_JOBS") or 3000)
 CONCURRENCY = int(os.environ.get("BENCH_CONCURRENCY") or 2)
 BATCHES = {"batch_10": 10, "batch_25": 25, "batch_50": 50}
+DRAINED = ("plain_django", "bare_celery", "raw_noop", "single", "batch_25")
+BASELINES = ("plain_django", "bare_celery")
 TIMEOUT = 300
 
 
@@ -46,27 +66,35 @@ def create_floor_table() -> None:
         cursor.execute(f"TRUNCATE {FLOOR_TABLE}")
 
 
-def wait_counter(key: str, n: int) -> float:
-    """Wait for ``n`` raw tasks to have counted under ``key``; return when the last ended."""
-    from bench.tasks import counter
+def wait_counter(key: str, n: int, client=None) -> float:
+    """Wait for ``n`` tasks to have counted under ``key``; return when the last one ended.
 
+    ``client`` is the Redis database the tasks count in (Conveyor's worker's by default).
+    """
+    from bench.counting import LAST, counter
+
+    client = client or counter()
     deadline = time.monotonic() + TIMEOUT
-    while int(counter().get(key) or 0) < n:
+    while int(client.get(key) or 0) < n:
         if time.monotonic() > deadline:
-            raise SystemExit(f"{key}: only {counter().get(key)} of {n} ran in {TIMEOUT}s")
+            raise SystemExit(f"{key}: only {client.get(key)} of {n} ran in {TIMEOUT}s")
         time.sleep(0.02)
-    return float(counter().get("bench:last"))
+    return float(client.get(LAST))
 
 
-def run_raw_noop(n: int) -> float:
+def publish_raw_noop(n: int) -> None:
     from bench.tasks import counter
     from project.celery import app
 
     counter().delete("bench:raw_noop")
-    started = time.time()
     with app.producer_or_acquire() as producer:
         for _ in range(n):
             app.send_task("bench.raw_noop", queue="default", producer=producer)
+
+
+def run_raw_noop(n: int) -> float:
+    started = time.time()
+    publish_raw_noop(n)
     return wait_counter("bench:raw_noop", n) - started
 
 
@@ -99,28 +127,89 @@ def run_raw_floor(n: int) -> float:
     return seconds
 
 
-def run_conveyor(n: int, batch_size: int) -> float:
-    from django.db import connection
-    from django.db.models import Max
+def enqueue_noops(n: int, batch_size: int) -> None:
     from django.test.utils import override_settings
 
     from jobs import services
-    from jobs.models import Job, JobStatus
 
-    started = time.time()
     with override_settings(CONVEYOR_BATCH_SIZE=batch_size):
         services.enqueue_many("jobs.noop", [{} for _ in range(n)])
+
+
+def wait_jobs(n: int) -> float:
+    """Wait for ``n`` jobs to have succeeded; return the last ``finished_at``; empty the table."""
+    from django.db import connection
+    from django.db.models import Max
+
+    from jobs.models import Job, JobStatus
+
     deadline = time.monotonic() + TIMEOUT
     while Job.objects.filter(status=JobStatus.SUCCEEDED).count() < n:
         if time.monotonic() > deadline:
-            raise SystemExit(f"jobs batch={batch_size}: not all succeeded in {TIMEOUT}s")
+            raise SystemExit(f"jobs: not all {n} succeeded in {TIMEOUT}s")
         time.sleep(0.02)
     finished = Job.objects.aggregate(last=Max("finished_at"))["last"].timestamp()
     if Job.objects.exclude(status=JobStatus.SUCCEEDED).exists():
-        raise SystemExit(f"jobs batch={batch_size}: some jobs did not succeed")
+        raise SystemExit("jobs: some jobs did not succeed")
     with connection.cursor() as cursor:
         cursor.execute("TRUNCATE jobs_job CASCADE")
-    return finished - started
+    return finished
+
+
+def run_conveyor(n: int, batch_size: int) -> float:
+    started = time.time()
+    enqueue_noops(n, batch_size)
+    return wait_jobs(n) - started
+
+
+def run_baseline(baseline: baselines.Baseline, n: int) -> float:
+    baseline.counter.delete(baselines.COUNTED)
+    started = time.time()
+    baseline.publish(n)
+    return wait_counter(baselines.COUNTED, n, baseline.counter) - started
+
+
+def stop_conveyor_worker(worker) -> None:
+    """Stop a Conveyor worker, and any pool child it left behind; drop its log."""
+    worker.stop()
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(worker.pid, signal.SIGKILL)
+    worker.log_path.unlink(missing_ok=True)
+
+
+def drain_conveyor(env: dict, name: str) -> tuple[float, float, float]:
+    """Publish or enqueue ``N``, then start a fresh Conveyor worker: (command, ready, last)."""
+    from bench.counting import READY, counter
+
+    harness.purge("default")
+    counter().delete(READY)
+    if name == "raw_noop":
+        publish_raw_noop(N)
+    else:
+        enqueue_noops(N, 1 if name == "single" else BATCHES[name])
+    started = time.time()
+    worker = harness.start_worker(env, concurrency=CONCURRENCY)
+    try:
+        last = wait_counter("bench:raw_noop", N) if name == "raw_noop" else wait_jobs(N)
+        ready = float(counter().get(READY))
+    finally:
+        stop_conveyor_worker(worker)
+    return started, ready, last
+
+
+def drain_baseline(env: dict, baseline: baselines.Baseline) -> tuple[float, float, float]:
+    """Publish ``N``, then start a fresh worker of ``baseline``: (command, ready, last)."""
+    from bench.counting import READY
+
+    baseline.reset()
+    baseline.publish(N)
+    worker = baseline.start(env, concurrency=CONCURRENCY)
+    try:
+        last = wait_counter(baselines.COUNTED, N, baseline.counter)
+        ready = float(baseline.counter.get(READY))
+    finally:
+        worker.stop()
+    return worker.started, ready, last
 
 
 def statements_per_job() -> dict:
@@ -147,6 +236,72 @@ def statements_per_job() -> dict:
     return found
 
 
+def steady(env: dict, found: dict[str, baselines.Baseline]) -> tuple[dict, dict]:
+    """The steady rounds, all three workers running: (jobs/s, worker CPU ms/job) per variant."""
+    variants = {
+        "raw_noop": run_raw_noop,
+        "raw_floor": run_raw_floor,
+        "single": lambda n: run_conveyor(n, 1),
+        **{name: (lambda n, size=size: run_conveyor(n, size)) for name, size in BATCHES.items()},
+        **{name: (lambda n, b=found[name]: run_baseline(b, n)) for name in BASELINES},
+    }
+    rate: dict[str, list[float]] = {name: [] for name in variants}
+    cpu_ms: dict[str, list[float]] = {name: [] for name in variants}
+    workers = {}
+    try:
+        workers["conveyor"] = harness.start_worker(env, concurrency=CONCURRENCY)
+        for name in BASELINES:
+            workers[name] = found[name].start(env, concurrency=CONCURRENCY)
+        run_raw_noop(200)  # warm up: each pool child connects to Redis and PostgreSQL
+        run_conveyor(200, 25)
+        for name in BASELINES:
+            run_baseline(found[name], 200)
+        for round_no in range(harness.ROUNDS):
+            for name in harness.order(list(variants), round_no):
+                worker = workers.get(name) or workers["conveyor"]
+                cpu = harness.cpu_seconds(worker)
+                rate[name].append(N / variants[name](N))
+                cpu_ms[name].append((harness.cpu_seconds(worker) - cpu) / N * 1000)
+                print(f"steady round {round_no + 1} {name}: {rate[name][-1]:.0f}/s", flush=True)
+    finally:
+        for name, worker in workers.items():
+            if name == "conveyor":
+                stop_conveyor_worker(worker)
+            else:
+                worker.stop()
+    return rate, cpu_ms
+
+
+def drain(env: dict, found: dict[str, baselines.Baseline]) -> tuple[dict, dict, dict]:
+    """The drain rounds, a fresh worker each: (jobs/s from ready, from command, startup s)."""
+    rate: dict[str, list[float]] = {name: [] for name in DRAINED}
+    cold: dict[str, list[float]] = {name: [] for name in DRAINED}
+    startup: dict[str, list[float]] = {name: [] for name in DRAINED}
+    for round_no in range(harness.ROUNDS):
+        for name in harness.order(list(DRAINED), round_no):
+            if name in found:
+                started, ready, last = drain_baseline(env, found[name])
+            else:
+                started, ready, last = drain_conveyor(env, name)
+            rate[name].append(N / (last - ready))
+            cold[name].append(N / (last - started))
+            startup[name].append(ready - started)
+            print(
+                f"drain round {round_no + 1} {name}: {rate[name][-1]:.0f}/s from ready "
+                f"(start-up {startup[name][-1]:.2f} s)",
+                flush=True,
+            )
+    return rate, cold, startup
+
+
+def ratios(prefix: str, rate: dict, pairs: list[tuple[str, str]]) -> dict:
+    return {
+        f"{prefix}{a}_vs_{b}": harness.ratio_summary(rate[a], rate[b])
+        for a, b in pairs
+        if a in rate and b in rate
+    }
+
+
 def main() -> dict:
     env = harness.configure_environment()
     harness.prepare_database()
@@ -155,42 +310,54 @@ def main() -> dict:
 
     create_floor_table()
     harness.purge("default")
+    found = {baseline.name: baseline for baseline in baselines.baselines()}
+    for baseline in found.values():
+        baseline.reset()
     statements = statements_per_job()
+    load_before = os.getloadavg()
 
-    variants = {
-        "raw_noop": run_raw_noop,
-        "raw_floor": run_raw_floor,
-        "single": lambda n: run_conveyor(n, 1),
-        **{name: (lambda n, size=size: run_conveyor(n, size)) for name, size in BATCHES.items()},
+    rate, cpu_ms = steady(env, found)
+    drain_rate, drain_cold, startup = drain(env, found)
+
+    results = {
+        "jobs_per_round": N,
+        "worker": f"prefork x {CONCURRENCY}, prefetch 1, acks late",
+        "load_average": f"{load_before[0]:.2f} before, {os.getloadavg()[0]:.2f} after",
     }
-    seconds: dict[str, list[float]] = {name: [] for name in variants}
-    cpu_ms: dict[str, list[float]] = {name: [] for name in variants}
-    worker = harness.start_worker(env, concurrency=CONCURRENCY)
-    try:
-        run_raw_noop(200)  # warm up: each pool child connects to Redis and PostgreSQL
-        run_conveyor(200, 25)
-        for round_no in range(harness.ROUNDS):
-            for name in harness.order(list(variants), round_no):
-                cpu = harness.cpu_seconds(worker)
-                seconds[name].append(variants[name](N))
-                cpu_ms[name].append((harness.cpu_seconds(worker) - cpu) / N * 1000)
-                print(f"round {round_no + 1} {name}: {N / seconds[name][-1]:.0f}/s", flush=True)
-    finally:
-        worker.stop()
-
-    rate = {name: [N / s for s in values] for name, values in seconds.items()}
-    results = {"jobs_per_round": N, "worker": f"prefork x {CONCURRENCY}, prefetch 1, acks late"}
-    for name in variants:
+    for name in rate:
         results[f"{name}_per_s"] = harness.summary(rate[name])
         results[f"{name}_worker_cpu_ms_per_job"] = harness.summary(cpu_ms[name], 2)
-    results["raw_floor_vs_raw_noop"] = harness.ratio_summary(rate["raw_floor"], rate["raw_noop"])
-    results["single_vs_raw_floor"] = harness.ratio_summary(rate["single"], rate["raw_floor"])
-    results["single_vs_raw_noop"] = harness.ratio_summary(rate["single"], rate["raw_noop"])
-    for name in BATCHES:
-        results[f"{name}_vs_raw_noop"] = harness.ratio_summary(rate[name], rate["raw_noop"])
+    conveyor = ["single", *BATCHES]
+    pairs = [
+        ("raw_noop", "plain_django"),
+        ("plain_django", "bare_celery"),
+        ("raw_floor", "raw_noop"),
+        ("single", "raw_floor"),
+        ("single", "raw_noop"),
+        *[(name, "raw_noop") for name in BATCHES],
+        *[(name, baseline) for name in conveyor for baseline in BASELINES],
+    ]
+    results.update(ratios("", rate, pairs))
+    for name in DRAINED:
+        results[f"drain_{name}_per_s"] = harness.summary(drain_rate[name])
+        results[f"drain_{name}_startup_s"] = harness.summary(startup[name], 2)
+    results.update(ratios("drain_", drain_rate, pairs))
+    results.update(ratios("drain_cold_", drain_cold, [("batch_25", b) for b in BASELINES]))
+    results["targets"] = targets(results)
     results.update(statements)
     harness.record("jobs", results)
     return results
+
+
+def targets(results: dict) -> str:
+    """The issue's targets for the default batched path, steady and drain: met or not."""
+    found = []
+    for key, goal in (("batch_25_vs_plain_django", 1.7), ("batch_25_vs_bare_celery", 1.0)):
+        for prefix in ("", "drain_"):
+            median = results[f"{prefix}{key}"]["median"]
+            mark = "met" if median >= goal else "missed"
+            found.append(f"{prefix or 'steady_'}{key} {median} >= {goal} {mark}")
+    return "; ".join(found)
 
 
 if __name__ == "__main__":

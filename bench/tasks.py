@@ -6,40 +6,25 @@
 * ``bench.raw_stamp`` / ``bench.job_stamp``: push ``time.time()`` at body start to a Redis
   list, for pickup latency.
 
-Each raw task also stamps ``bench:last`` with the time it finished, so the benchmark reads
-when the last one ended rather than when its poll noticed.
+Each raw task counts itself with ``bench.counting`` (which also stamps ``bench:last``, the
+time it finished, and ``bench:ready`` when the worker is ready), as the baselines' no-ops do.
 """
 
 import os
 import time
 
-import redis
 from celery import shared_task
 
+from bench.counting import count, counter
 from jobs.task import JobContext, JobTask
 
-_counter = None
 FLOOR_TABLE = "bench_floor"
-
-
-def counter() -> redis.Redis:
-    global _counter
-    if _counter is None:
-        _counter = redis.Redis.from_url(os.environ["BENCH_COUNTER_URL"])
-    return _counter
-
-
-def _count(key: str) -> None:
-    pipe = counter().pipeline(transaction=False)
-    pipe.incr(key)
-    pipe.set("bench:last", repr(time.time()))
-    pipe.execute()
 
 
 @shared_task(name="bench.raw_noop", ignore_result=True, acks_late=True)
 def raw_noop() -> None:
     """Do nothing but count the run, so the benchmark knows when all have finished."""
-    _count("bench:raw_noop")
+    count("bench:raw_noop")
 
 
 @shared_task(name="bench.raw_two_updates", ignore_result=True, acks_late=True)
@@ -61,7 +46,7 @@ def raw_two_updates(row_id: int) -> None:
                 "finished_at = now() WHERE id = %s AND locked_by = %s AND status = 'running'",
                 [row_id, worker],
             )
-    _count("bench:raw_two_updates")
+    count("bench:raw_two_updates")
 
 
 @shared_task(name="bench.raw_stamp", ignore_result=True, acks_late=True)
