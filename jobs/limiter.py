@@ -124,10 +124,6 @@ def _lock(job_id: int, task: str, *, exclusive_queue: bool):
     return queue, bool(paused), json.loads(starts) if isinstance(starts, str) else starts
 
 
-def _postgres() -> bool:
-    return connection.vendor == "postgresql"
-
-
 def _running(**where) -> int:
     return Job.objects.filter(status=S.RUNNING, **where).order_by().count()
 
