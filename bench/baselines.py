@@ -13,21 +13,16 @@ counter that ``baseline.noop`` bumps. The benchmark publishes with a Celery app 
 (``send_task`` by name, one producer), as it publishes ``bench.raw_noop`` to Conveyor's worker.
 """
 
-import contextlib
 import os
 import re
-import signal
-import subprocess
-import tempfile
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import redis
 from celery import Celery
 
 from bench import counting, harness
-from tests.processes import PYTHON, process_tree, wait_until
+from tests.processes import Worker
 
 TASK = "baseline.noop"
 COUNTED = "bench:baseline_noop"
@@ -128,55 +123,22 @@ def baselines() -> list[Baseline]:
     ]
 
 
-class BaselineWorker:
+class BaselineWorker(Worker):
     """A baseline's ``celery worker`` process; ``started`` is when its command was run."""
 
     def __init__(self, baseline: Baseline, env: dict, *, concurrency: int) -> None:
-        self.name = f"bench-{baseline.name}"
-        self.log_path = Path(tempfile.mkstemp(prefix=f"{self.name}-", suffix=".log")[1])
-        self._log = self.log_path.open("wb")
         self.started = time.time()
-        self.process = subprocess.Popen(
-            [PYTHON, "-m", "celery", "-A", baseline.app, "worker", "--queues", baseline.queue,
-             "--pool", "prefork", "--concurrency", str(concurrency),
-             "--hostname", f"{self.name}@%h", "--loglevel", "INFO",
-             "--without-gossip", "--without-mingle", "--without-heartbeat"],
-            cwd=harness.ROOT,
-            env=env,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )  # fmt: skip
-        try:
-            wait_until(self._ready, timeout=60, interval=0.05, message=f"{self.name} ready")
-        except BaseException:
-            self.stop()
-            raise
-
-    def _ready(self) -> bool:
-        if self.process.poll() is not None:
-            raise SystemExit(f"{self.name} exited early:\n{self.text()[-3000:]}")
-        return "ready." in self.text()
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    def text(self) -> str:
-        return self.log_path.read_text(errors="replace")
+        super().__init__(
+            env,
+            queues=baseline.queue,
+            concurrency=concurrency,
+            name=f"bench-{baseline.name}",
+            include=None,
+            extra_args=("--pool", "prefork"),
+            app=baseline.app,
+        )
 
     def stop(self) -> None:
-        """Warm shutdown (SIGTERM), then SIGKILL whatever is left of the tree; drop the log."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                for pid in [self.pid, *process_tree(self.pid)]:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(pid, signal.SIGKILL)
-                self.process.wait(timeout=30)
-        with contextlib.suppress(ProcessLookupError):  # pool children left orphaned, if any
-            os.killpg(self.pid, signal.SIGKILL)
-        self._log.close()
+        """Warm shutdown, then SIGKILL whatever is left of the tree; drop the log."""
+        super().stop()
         self.log_path.unlink(missing_ok=True)

@@ -13,13 +13,8 @@ from project.admin_base import ConveyorModelAdmin
 from project.admin_permissions import permission_check
 
 
-@admin.register(QueueState)
-class QueueStateAdmin(ConveyorModelAdmin):
-    list_display = ("name", "paused", "paused_at", "paused_by", "concurrency_limit")
-    readonly_fields = ("name", "paused_at", "paused_by", "updated_at")
-    actions = ["pause_selected", "resume_selected"]
-
-    has_pause_queue_permission = permission_check("pause_queue")
+class PausableAdmin(ConveyorModelAdmin):
+    """A read-only list of state rows whose actions pause and resume them."""
 
     def has_add_permission(self, request) -> bool:
         return False
@@ -31,13 +26,8 @@ class QueueStateAdmin(ConveyorModelAdmin):
         return False
 
     @admin.display(boolean=True, description="paused")
-    def paused(self, state: QueueState) -> bool:
+    def paused(self, state) -> bool:
         return state.paused_at is not None
-
-    @admin.display(description="concurrency limit")
-    def concurrency_limit(self, state: QueueState) -> str:
-        limit = conf.get().queue_concurrency.get(state.name)
-        return "—" if limit is None else str(limit)
 
     def _change(self, request, queryset, change, verb: str) -> None:
         done = []
@@ -45,9 +35,23 @@ class QueueStateAdmin(ConveyorModelAdmin):
             try:
                 change(name, actor=request.user.get_username())
                 done.append(name)
-            except queues.UnknownQueue as exc:  # a row left from a queue no longer declared
+            except (queues.UnknownQueue, task_states.UnknownTask) as exc:  # a row left behind
                 self.message_user(request, str(exc), messages.WARNING)
         self.message_user(request, f"{verb}: {', '.join(done) or 'none'}.", messages.SUCCESS)
+
+
+@admin.register(QueueState)
+class QueueStateAdmin(PausableAdmin):
+    list_display = ("name", "paused", "paused_at", "paused_by", "concurrency_limit")
+    readonly_fields = ("name", "paused_at", "paused_by", "updated_at")
+    actions = ["pause_selected", "resume_selected"]
+
+    has_pause_queue_permission = permission_check("pause_queue")
+
+    @admin.display(description="concurrency limit")
+    def concurrency_limit(self, state: QueueState) -> str:
+        limit = conf.get().queue_concurrency.get(state.name)
+        return "—" if limit is None else str(limit)
 
     @admin.action(description="Pause selected queues", permissions=["pause_queue"])
     def pause_selected(self, request, queryset) -> None:
@@ -59,7 +63,7 @@ class QueueStateAdmin(ConveyorModelAdmin):
 
 
 @admin.register(TaskState)
-class TaskStateAdmin(ConveyorModelAdmin):
+class TaskStateAdmin(PausableAdmin):
     """Job tasks that were paused or limited: pause and resume one task in every queue."""
 
     list_display = ("name", "paused", "paused_at", "paused_by", "declared_limit", "window_full")
@@ -68,19 +72,6 @@ class TaskStateAdmin(ConveyorModelAdmin):
     actions = ["pause_selected", "resume_selected"]
 
     has_pause_task_permission = permission_check("pause_task")
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
-
-    @admin.display(boolean=True, description="paused")
-    def paused(self, state: TaskState) -> bool:
-        return state.paused_at is not None
 
     @admin.display(description="rate window full until")
     def window_full(self, state: TaskState) -> str:
@@ -91,16 +82,6 @@ class TaskStateAdmin(ConveyorModelAdmin):
     @admin.display(description="limit")
     def declared_limit(self, state: TaskState) -> str:
         return limits.summary(limits.limit_of(task_states.registered().get(state.name)))
-
-    def _change(self, request, queryset, change, verb: str) -> None:
-        done = []
-        for name in queryset.values_list("name", flat=True):
-            try:
-                change(name, actor=request.user.get_username())
-                done.append(name)
-            except task_states.UnknownTask as exc:  # a row left from a task no longer there
-                self.message_user(request, str(exc), messages.WARNING)
-        self.message_user(request, f"{verb}: {', '.join(done) or 'none'}.", messages.SUCCESS)
 
     @admin.action(description="Pause selected tasks", permissions=["pause_task"])
     def pause_selected(self, request, queryset) -> None:

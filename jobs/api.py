@@ -212,11 +212,12 @@ def list_queues(request: HttpRequest):
     return queues.describe()
 
 
-def _queue_action(request: HttpRequest, name: str, action) -> dict:
+def _pause_action(request: HttpRequest, name: str, action) -> dict:
+    """Pause or resume a queue or a task; 404 in the error shape for an unknown name."""
     require_scope(request, TokenScope.ADMIN)
     try:
         return action(name, actor=actor(request))
-    except queues.UnknownQueue as exc:
+    except (queues.UnknownQueue, task_states.UnknownTask) as exc:
         raise ApiError(404, "not_found", str(exc)) from None
 
 
@@ -226,7 +227,7 @@ def _queue_action(request: HttpRequest, name: str, action) -> dict:
     summary="Pause a queue: once this answers, none of its jobs starts; running ones finish",
 )
 def pause_queue(request: HttpRequest, name: str):
-    return _queue_action(request, name, queues.pause)
+    return _pause_action(request, name, queues.pause)
 
 
 @router.post(
@@ -235,7 +236,7 @@ def pause_queue(request: HttpRequest, name: str):
     summary="Resume a queue: its due jobs are rung for at once",
 )
 def resume_queue(request: HttpRequest, name: str):
-    return _queue_action(request, name, queues.resume)
+    return _pause_action(request, name, queues.resume)
 
 
 class TaskLimitOut(Schema):
@@ -274,22 +275,13 @@ def list_tasks(request: HttpRequest):
     return task_states.describe(busiest_keys=True)
 
 
-def _task_action(request: HttpRequest, name: str, action) -> dict:
-    require_scope(request, TokenScope.ADMIN)
-    try:
-        action(name, actor=actor(request))
-        return task_states.describe([name], busiest_keys=True)[0]
-    except task_states.UnknownTask as exc:
-        raise ApiError(404, "not_found", str(exc)) from None
-
-
 @router.post(
     "/tasks/{name}/pause",
     response=TaskStateOut,
     summary="Pause a task in every queue: once this answers, none of its jobs starts",
 )
 def pause_task(request: HttpRequest, name: str):
-    return _task_action(request, name, task_states.pause)
+    return _pause_action(request, name, task_states.pause)
 
 
 @router.post(
@@ -298,4 +290,4 @@ def pause_task(request: HttpRequest, name: str):
     summary="Resume a task: its due jobs are rung for at once",
 )
 def resume_task(request: HttpRequest, name: str):
-    return _task_action(request, name, task_states.resume)
+    return _pause_action(request, name, task_states.resume)

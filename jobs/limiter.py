@@ -26,7 +26,7 @@ from functools import cache
 from django.db import connection, transaction
 from django.utils import timezone
 
-from jobs import statements
+from jobs import conf, limits, statements
 from jobs.limits import Limit, Rate
 from jobs.models import Job, JobStatus, LimitKeyState, QueueState, TaskState
 from jobs.publish import SCHEDULE_HORIZON_SECONDS, publish_on_commit
@@ -40,10 +40,8 @@ TASK_STATE_TABLE = TaskState._meta.db_table
 
 @dataclass(frozen=True)
 class Plan:
-    """What limits the claim for a message: the limits in force, and the job's queue if a
-    queue limit needs it known beforehand (else the claim's lock reads it)."""
+    """What limits the claim for a message: its queue's limit (if any) and its task's."""
 
-    queue: str | None = None
     queue_limit: int | None = None
     limit: Limit | None = None
 
@@ -241,7 +239,6 @@ def why_waiting(job: Job) -> str:
 
     For operators: a snapshot of the same rules the claim keeps, not a promise.
     """
-    from jobs import conf, limits
     from project.celery import app
 
     if job.status not in (S.QUEUED, S.RETRYING):

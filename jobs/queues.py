@@ -16,12 +16,13 @@ Both are recorded in the AuditLog (``queue.pause`` / ``queue.resume``). A queue'
 import logging
 
 from celery import signals
-from django.db import close_old_connections, transaction
+from django.db import close_old_connections
 from django.db.models import OuterRef, Subquery
 from django.utils import timezone
 
 from jobs import conf
-from jobs.models import PENDING, AuditLog, Job, JobStatus, QueueState
+from jobs.models import PENDING, Job, JobStatus, QueueState
+from jobs.pausing import set_paused
 from jobs.publish import publish
 
 logger = logging.getLogger("jobs")
@@ -62,29 +63,7 @@ def resume(name: str, *, actor: str) -> dict:
 
 def _set_paused(name: str, *, paused: bool, actor: str) -> dict:
     _require_declared(name)
-    ensure_states([name])  # committed before the lock: a claim locks only an existing row
-    now = timezone.now()
-    with transaction.atomic():
-        # FOR UPDATE waits for every claim that holds the row (FOR KEY SHARE) to commit.
-        state = QueueState.objects.select_for_update().get(name=name)
-        was_paused = state.paused_at is not None
-        if paused and not was_paused:
-            state.paused_at, state.paused_by = now, actor
-        elif not paused:
-            state.paused_at, state.paused_by = None, ""
-        state.updated_at = now
-        state.save(update_fields=["paused_at", "paused_by", "updated_at"])
-        action = "queue.pause" if paused else "queue.resume"
-        AuditLog.objects.create(
-            actor=actor,
-            action=action,
-            target_type="queue",
-            target_id=name,
-            details={"was_paused": was_paused},
-        )
-        if not paused:
-            transaction.on_commit(lambda: ring(name), robust=True)
-    logger.info(action, extra={"queue": name, "actor": actor, "was_paused": was_paused})
+    set_paused(QueueState, name, kind="queue", paused=paused, actor=actor, ring=ring)
     return describe([name])[0]
 
 

@@ -311,7 +311,7 @@ def _plan(task: Task | None, job_id: int) -> limiter.Plan | None:
     queue = _reconnecting(statements.queue_of, job_id)
     if queue is None or (limit is None and queue not in queue_limits):
         return None
-    return limiter.Plan(queue=queue, queue_limit=queue_limits.get(queue), limit=limit)
+    return limiter.Plan(queue_limit=queue_limits.get(queue), limit=limit)
 
 
 def _claim(job_id: int, *, task: Task, worker: str, plan: limiter.Plan | None) -> Job | None:

@@ -10,16 +10,12 @@ under FOR KEY SHARE; jobs.limiter locks it outright):
 Both are recorded in the AuditLog (``task.pause`` / ``task.resume``).
 """
 
-import logging
-
-from django.db import transaction
 from django.utils import timezone
 
 from jobs import limits
-from jobs.models import PENDING, AuditLog, Job, JobStatus, LimitKeyState, TaskState
+from jobs.models import PENDING, Job, JobStatus, LimitKeyState, TaskState
+from jobs.pausing import set_paused
 from jobs.publish import publish
-
-logger = logging.getLogger("jobs")
 
 # The busiest keys a task's description lists.
 BUSIEST_KEYS = 5
@@ -61,30 +57,8 @@ def resume(name: str, *, actor: str) -> dict:
 def _set_paused(name: str, *, paused: bool, actor: str) -> dict:
     if name not in registered():
         raise UnknownTask(f"no job task named {name!r} is registered")
-    ensure_states([name])  # committed before the lock: a claim locks only an existing row
-    now = timezone.now()
-    with transaction.atomic():
-        # FOR UPDATE waits for every claim that holds the row to commit.
-        state = TaskState.objects.select_for_update().get(name=name)
-        was_paused = state.paused_at is not None
-        if paused and not was_paused:
-            state.paused_at, state.paused_by = now, actor
-        elif not paused:
-            state.paused_at, state.paused_by = None, ""
-        state.updated_at = now
-        state.save(update_fields=["paused_at", "paused_by", "updated_at"])
-        action = "task.pause" if paused else "task.resume"
-        AuditLog.objects.create(
-            actor=actor,
-            action=action,
-            target_type="task",
-            target_id=name,
-            details={"was_paused": was_paused},
-        )
-        if not paused:
-            transaction.on_commit(lambda: ring(name), robust=True)
-    logger.info(action, extra={"task": name, "actor": actor, "was_paused": was_paused})
-    return describe([name])[0]
+    set_paused(TaskState, name, kind="task", paused=paused, actor=actor, ring=ring)
+    return describe([name], busiest_keys=True)[0]
 
 
 def ring(name: str) -> int:

@@ -82,8 +82,9 @@ class Worker:
         queues: str | None,
         concurrency: int,
         name: str | None = None,
-        include: str = "tests.jobtasks",
+        include: str | None = "tests.jobtasks",
         extra_args: tuple[str, ...] = (),
+        app: str = "project",
     ) -> None:
         self.name = name or f"test-{uuid.uuid4().hex[:8]}"
         self.log_path = Path(tempfile.mkstemp(prefix=f"{self.name}-", suffix=".log")[1])
@@ -92,15 +93,14 @@ class Worker:
             "-m",
             "celery",
             "-A",
-            "project",
+            app,
             "worker",
             *(["--queues", queues] if queues else []),
             "--concurrency",
             str(concurrency),
             "--hostname",
             f"{self.name}@%h",
-            "--include",
-            include,
+            *(["--include", include] if include else []),
             "--loglevel",
             "INFO",
             "--without-gossip",

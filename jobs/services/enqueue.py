@@ -70,7 +70,8 @@ def _rule(declared: Unique | None, given: Unique | bool | None, task: str) -> Un
 
 def _new_job(
     task, payload, *, queue, priority, run_after, max_attempts, idempotency_key, now
-) -> tuple[Job, Unique | None]:
+) -> tuple[Job, Unique | None, Limit | None]:
+    """An unsaved job of ``task``, with the task's unique rule and limit."""
     if payload is not None and not isinstance(payload, dict):
         raise ValueError(f"a job's payload is a dict, not {type(payload).__name__}")
     validate_priority(priority)
@@ -80,7 +81,7 @@ def _new_job(
         task=name,
         queue=queue or task_queue or "default",
         payload=payload,
-        limit_key=limit.key_of(payload) if limit is not None else "",
+        limit_key=_limit_key(limit, payload),
         priority=priority,
         max_attempts=max_attempts or task_max_attempts or conf.get().max_attempts,
         run_after=run_after or now,
@@ -89,8 +90,11 @@ def _new_job(
         created_at=now,
         updated_at=now,
     )
-    job.limit = limit
-    return job, rule
+    return job, rule, limit
+
+
+def _limit_key(limit: Limit | None, payload: dict) -> str:
+    return limit.key_of(payload) if limit is not None else ""
 
 
 def enqueue(
@@ -112,7 +116,7 @@ def enqueue(
     job returns that job instead, with ``unique_conflict`` True (see jobs.unique).
     """
     now = timezone.now()
-    job, declared = _new_job(
+    job, declared, _ = _new_job(
         task,
         payload,
         queue=queue,
@@ -173,7 +177,7 @@ def enqueue_many(
     the answer is that job (``unique_conflict`` True), so the answer stays in payload order.
     """
     now = timezone.now()
-    template, declared = _new_job(
+    template, declared, limit = _new_job(
         task,
         None,
         queue=queue,
@@ -190,7 +194,7 @@ def enqueue_many(
             task=template.task,
             queue=template.queue,
             payload=payload,
-            limit_key=template.limit.key_of(payload) if template.limit is not None else "",
+            limit_key=_limit_key(limit, payload),
             priority=priority,
             max_attempts=template.max_attempts,
             run_after=template.run_after,

@@ -130,7 +130,7 @@ def test_a_per_key_rate_holds_that_key_only_and_says_until_when():
 def test_a_fair_task_serves_its_keys_round_robin():
     many = _enqueue("tests.fair", "a" * 6, "k")
     _enqueue("tests.fair", "bb", "k")
-    plan = limiter.Plan(queue="default", limit=Limit(key=("tenant",), fair=True))
+    plan = limiter.Plan(limit=Limit(key=("tenant",), fair=True))
     order = []
     for i in range(6):
         job = limiter.claim(plan, many[0].pk, task="tests.fair", worker=f"w/{i}")
