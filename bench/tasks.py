@@ -3,6 +3,8 @@
 * ``bench.raw_noop``: a raw Celery no-op, the baseline for ``jobs.noop``;
 * ``bench.raw_two_updates``: raw Celery doing a claim-like and a complete-like single-row
   UPDATE, each its own commit, on ``bench_floor``: the floor of one job per message;
+* ``bench.limited_noop``: ``jobs.noop`` with a global concurrency limit no run reaches (1,000):
+  what the limited claim costs when it holds nothing back;
 * ``bench.raw_stamp`` / ``bench.job_stamp``: push ``time.time()`` at body start to a Redis
   list, for pickup latency.
 
@@ -16,6 +18,7 @@ import time
 from celery import shared_task
 
 from bench.counting import count, counter
+from jobs.limits import Limit
 from jobs.task import JobContext, JobTask
 
 FLOOR_TABLE = "bench_floor"
@@ -57,3 +60,8 @@ def raw_stamp(key: str) -> None:
 @shared_task(base=JobTask, name="bench.job_stamp")
 def job_stamp(ctx: JobContext) -> None:
     counter().rpush(ctx.payload["key"], repr(time.time()))
+
+
+@shared_task(base=JobTask, name="bench.limited_noop", limit=Limit(concurrency=1000))
+def limited_noop(ctx: JobContext) -> None:
+    """Do nothing, under a limit that never binds."""
