@@ -58,13 +58,15 @@ def claim(plan: Plan, job_id: int, *, task: str, worker: str, only: int | None =
         if locked is None:  # the job is gone
             return None
         queue, paused, starts = locked
-        now = timezone.now()
         if paused:
             return None
         if plan.queue_limit is not None and _running(queue=queue) >= plan.queue_limit:
             return None
         if limit is not None and limit.concurrency and _running(task=task) >= limit.concurrency:
             return None
+        # Stamped after the counts: a run that took a freed slot never starts, on record,
+        # before the run that freed it ended (its end committed before the count read it).
+        now = timezone.now()
         rate = limit.task_rate if limit is not None else None
         if rate is not None:
             free_at = _window_free_at(starts, rate, now)

@@ -22,28 +22,36 @@ KILLS = 3
 ENV = {"CONVEYOR_JOB_LEASE_TIMEOUT": "5s"}
 
 
-def most_at_once(runs: list[tuple]) -> int:
-    """The most of ``runs`` (start, end) that overlap at any instant."""
-    events = sorted([(start, 1) for start, _ in runs] + [(end, -1) for _, end in runs])
-    most = now = 0
-    for _, step in events:
-        now += step
-        most = max(most, now)
-    return most
+def most_at_once(runs: list[tuple]) -> tuple[int, list[tuple]]:
+    """The most of ``runs`` (start, end, ...) that overlap at any instant, and those runs."""
+    events = sorted(
+        [(run[0], 1, index) for index, run in enumerate(runs)]
+        + [(run[1], -1, index) for index, run in enumerate(runs)]
+    )
+    most, busiest, open_now = 0, [], set()
+    for _, step, index in events:
+        if step == 1:
+            open_now.add(index)
+        else:
+            open_now.discard(index)
+        if len(open_now) > most:
+            most, busiest = len(open_now), [runs[i] for i in sorted(open_now)]
+    return most, busiest
 
 
 def parse(stamp: str) -> datetime:
     return datetime.fromisoformat(stamp)
 
 
-def attempts(ids: list[int]) -> list[tuple[str, datetime, datetime]]:
-    """Every finished attempt of the jobs: (tenant, started_at, finished_at)."""
+def attempts(ids: list[int]) -> list[tuple]:
+    """Every finished attempt of the jobs: (tenant, started_at, finished_at, job, outcome)."""
     found = []
-    for payload, history in Job.objects.filter(pk__in=ids).values_list(
-        "payload", "attempts_history"
+    for pk, payload, history in Job.objects.filter(pk__in=ids).values_list(
+        "pk", "payload", "attempts_history"
     ):
         found += [
-            (payload["tenant"], parse(e["started_at"]), parse(e["finished_at"])) for e in history
+            (payload["tenant"], parse(e["started_at"]), parse(e["finished_at"]), pk, e["outcome"])
+            for e in history
         ]
     return found
 
@@ -76,9 +84,10 @@ def test_limits_and_a_pause_hold_while_workers_are_killed(chaos, summary):
         time.sleep(0.5)
     assert killed == KILLS
     runs = attempts(ids)
-    assert most_at_once([(start, end) for _, start, end in runs]) <= 2
+    most, busiest = most_at_once([run[1:] for run in runs])
+    assert most <= 2, f"{most} at once: {busiest}"
     for tenant in TENANTS:
-        mine = sorted((start, end) for t, start, end in runs if t == tenant)
+        mine = sorted(run[1:3] for run in runs if run[0] == tenant)
         assert all(end <= start for (_, end), (start, _) in pairwise(mine)), tenant
     assert client.llen(stamps) == 0  # nothing of the paused task ran, across every restart
     held = Job.objects.filter(pk__in=[j.pk for j in paused]).values_list("status", "attempts")
