@@ -15,12 +15,13 @@ In a batch the task folds a success into the claim of the next job
 
 import json
 from datetime import datetime
+from functools import partial
 
 from django.db import transaction
 from django.utils import timezone
 
-from jobs import attempts, conf, limits, statements
-from jobs.models import Job, JobReason, JobStatus
+from jobs import attempts, conf, limiter, limits, statements
+from jobs.models import Job, JobReason, JobStatus, QueueState, TaskState
 from jobs.outcome import Decision
 from jobs.publish import publish_on_commit
 from jobs.queues import ring, ring_task
@@ -84,7 +85,11 @@ def succeed(job: Job, encoded: str) -> bool:
 
     A refused success is left to ``finish`` once that transaction is rolled back.
     """
-    return statements.end(job, ending(Decision(S.SUCCEEDED, result=encoded))) is not None
+    done = statements.end(job, ending(Decision(S.SUCCEEDED, result=encoded)))
+    if done is None:
+        return False
+    _ring_if_limited(done)  # once the body's transaction commits
+    return True
 
 
 def succeed_and_claim(
@@ -138,16 +143,21 @@ def _ring_if_limited(job: Job) -> None:
     """A run of a limited queue or task ended: a slot is free, so ring for the next one now.
 
     Its held-back jobs' own doorbells were dropped while the slots were full; without this
-    they would wait for the sweeper. A task's limit spans its queues: the task's best due job
-    of every queue is rung for (jobs.queues.ring_task), not only the freed run's queue's.
+    they would wait for the sweeper. Only a claim refused since the last end makes it ring
+    (jobs.limiter.wake). A task's limit spans its queues: the task's best due job of every
+    queue is rung for (jobs.queues.ring_task), not only the freed run's queue's.
     """
     from project.celery import app
 
     limit = limits.limit_of(app.tasks.get(job.task))
     if limit is not None and limit.frees_slots:
-        transaction.on_commit(lambda: ring_task(job.task), robust=True)
+        ring_one_per_queue = partial(ring_task, job.task)
+        transaction.on_commit(
+            lambda: limiter.wake(TaskState, job.task, ring_one_per_queue), robust=True
+        )
     if job.queue in conf.get().queue_concurrency:
-        transaction.on_commit(lambda: ring(job.queue, limit=1), robust=True)
+        ring_best = partial(ring, job.queue, limit=1)
+        transaction.on_commit(lambda: limiter.wake(QueueState, job.queue, ring_best), robust=True)
 
 
 def _announce(job: Job, decision: Decision, *, actor: str = "system") -> None:

@@ -13,12 +13,15 @@ committed before the locks were granted. In that order:
 5. the key's state row records the start (per-key rate, fairness).
 
 A job held back stays queued and spends no attempt. Its doorbell is dropped when a slot is
-what it waits for (the completer rings when a run of the queue or task ends), and rung again
-for when the window frees when a rate is what it waits for. Times are the workers' clocks:
+what it waits for: the refusal marks the state row (``held_at``), and the next run of the
+queue or task to end rings for the best due job (``wake``); a limit that doesn't bind sends
+no extra doorbell. When a rate is what it waits for it is rung again for when the window
+frees. Times are the workers' clocks:
 keep the hosts in NTP.
 """
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import cache
@@ -61,9 +64,9 @@ def claim(plan: Plan, job_id: int, *, task: str, worker: str, only: int | None =
         if paused:
             return None
         if plan.queue_limit is not None and _running(queue=queue) >= plan.queue_limit:
-            return None
+            return _held(QueueState, queue)
         if limit is not None and limit.concurrency and _running(task=task) >= limit.concurrency:
-            return None
+            return _held(TaskState, task)
         # Stamped after the counts: a run that took a freed slot never starts, on record,
         # before the run that freed it ended (its end committed before the count read it).
         now = timezone.now()
@@ -77,6 +80,8 @@ def claim(plan: Plan, job_id: int, *, task: str, worker: str, only: int | None =
         if job is None:
             if limit is not None and limit.key_rate:
                 _ring_when_a_key_frees(job_id, task, now)
+            if limit is not None and limit.key_concurrency:
+                return _held(TaskState, task)  # its keys' slots may be what holds it
             return None
         if rate is not None:
             _record_task_start(task, starts, rate, now)
@@ -122,6 +127,34 @@ def _lock(job_id: int, task: str, *, exclusive_queue: bool):
             row = cursor.fetchone()
     queue, paused, starts = row
     return queue, bool(paused), json.loads(starts) if isinstance(starts, str) else starts
+
+
+def _held(model, name: str) -> None:
+    """Mark that a claim was refused for ``name``'s slots (under its row's lock), so the next
+    run's end rings for it (``wake``); every refusal writes its own time."""
+    model.objects.filter(name=name).update(held_at=timezone.now())
+
+
+def wake(model, name: str, ring: Callable[[], int]) -> None:
+    """A run of ``name`` (a QueueState or TaskState row) ended, its slot free: ``ring`` for
+    the next job if a claim was refused since the last end that found nothing held.
+
+    Without a refusal no doorbell is sent: a limit that doesn't bind costs one read per end.
+    The read waits for a claim holding the row (FOR KEY SHARE against its FOR UPDATE), so a
+    refusal decided before this run's end committed is seen (SQLite's writers take turns at
+    BEGIN). The mark is cleared only if no refusal came since it was read and the ring found
+    nothing due.
+    """
+    table = connection.ops.quote_name(model._meta.db_table)
+    lock = " FOR KEY SHARE" if connection.vendor == "postgresql" else ""
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT held_at FROM {table} WHERE name = %s{lock}", [name])
+        row = cursor.fetchone()
+        if row is None or row[0] is None or ring():
+            return
+        cursor.execute(
+            f"UPDATE {table} SET held_at = NULL WHERE name = %s AND held_at = %s", [name, row[0]]
+        )
 
 
 def _running(**where) -> int:

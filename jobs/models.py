@@ -442,6 +442,9 @@ class QueueState(models.Model):
     name = models.CharField(max_length=100, primary_key=True)
     paused_at = models.DateTimeField(null=True, blank=True)
     paused_by = models.CharField(max_length=200, blank=True, default="")
+    # When a claim was last refused for the queue's concurrency limit (None: none since the
+    # last run's end found nothing held): a run's end rings only then (jobs.limiter.wake).
+    held_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField()
 
     class Meta:
@@ -458,7 +461,8 @@ class TaskState(models.Model):
     No row: never paused, nothing started under a rate. A pause locks the row that every
     claim of the task reads (a limited task's claim locks it outright, so its claims take
     turns); ``starts`` are the task's latest start times (epoch seconds, at most its rate's
-    count) and ``full_until`` when its rate window next has room (None: it has room).
+    count) and ``full_until`` when its rate window next has room (None: it has room);
+    ``held_at`` when a claim was last refused for its concurrency (jobs.limiter.wake).
     """
 
     name = models.CharField(max_length=200, primary_key=True)
@@ -466,6 +470,7 @@ class TaskState(models.Model):
     paused_by = models.CharField(max_length=200, blank=True, default="")
     starts = models.JSONField(default=list, blank=True)
     full_until = models.DateTimeField(null=True, blank=True)
+    held_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField()
 
     class Meta:

@@ -177,6 +177,35 @@ def test_a_freed_slot_rings_for_a_job_held_in_another_queue(
 
 
 @pytest.mark.django_db
+def test_a_runs_end_rings_only_after_a_refused_claim_and_clears_the_mark_when_none_wait(
+    monkeypatch, django_capture_on_commit_callbacks
+):
+    from jobs.models import TaskState
+
+    a, b, c = _enqueue("tests.limited", "abc", "k")
+    rung = []
+    monkeypatch.setattr("jobs.queues.publish", lambda jobs: rung.extend(j.pk for j in jobs) or 0)
+    first = services.job_claim(a.pk, worker="w/1")
+    with django_capture_on_commit_callbacks(execute=True):
+        completer.finish(outcome.Decision(S.SUCCEEDED, result="null"), first)
+    assert rung == []  # b and c are due, but no claim was refused: the limit didn't bind
+    second = services.job_claim(b.pk, worker="w/2")
+    assert services.job_claim(c.pk, worker="w/3") is not None
+    d = services.enqueue("tests.limited", {"key": "k", "tenant": "d"})
+    assert services.job_claim(d.pk, worker="w/4") is None  # two run: refused, and marked
+    assert TaskState.objects.get(name="tests.limited").held_at is not None
+    with django_capture_on_commit_callbacks(execute=True):
+        completer.finish(outcome.Decision(S.SUCCEEDED, result="null"), second)
+    assert rung == [d.pk]
+    assert services.job_claim(d.pk, worker="w/4") is not None
+    third = Job.objects.get(pk=c.pk)
+    with django_capture_on_commit_callbacks(execute=True):
+        completer.finish(outcome.Decision(S.SUCCEEDED, result="null"), third)
+    assert rung == [d.pk]  # nothing due: no doorbell, and the mark is cleared
+    assert TaskState.objects.get(name="tests.limited").held_at is None
+
+
+@pytest.mark.django_db
 def test_a_job_held_by_an_hourly_rate_is_rung_for_within_the_publish_horizon(
     monkeypatch, django_capture_on_commit_callbacks
 ):
