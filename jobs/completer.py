@@ -10,7 +10,8 @@ letter. A run whose end is refused because a cancel was asked for meanwhile ends
 operator got there first) is left alone and ``finish`` returns None.
 
 In a batch the task folds a success into the claim of the next job
-(``succeed_and_claim``): one statement on PostgreSQL for both.
+(``succeed_and_claim``): one statement on PostgreSQL for both; under a limit, one
+transaction (``succeed_and_claim_limited``).
 """
 
 import json
@@ -109,6 +110,25 @@ def succeed_and_claim(
     return _cancelled_meanwhile(decision, done, None), claimed
 
 
+def succeed_and_claim_limited(
+    done: Job, encoded: str, plan: limiter.Plan, job_id: int, *, task: str, worker: str
+) -> tuple[Job | None, Job | None]:
+    """Write ``done``'s success and claim ``job_id`` under ``plan``'s limits: one commit.
+
+    As ``succeed_and_claim``, for a limited queue or task: the success is written first, so
+    the claim's count, in the same transaction, sees its slot free.
+    """
+    decision = Decision(S.SUCCEEDED, result=encoded)
+    with transaction.atomic():
+        ended = statements.end(done, ending(decision))
+        claimed, holds = limiter.claim_reading_holds(plan, job_id, task=task, worker=worker)
+        if ended is not None:
+            _ring_if_limited(ended, holds)
+    if ended is not None:
+        return done, claimed
+    return _cancelled_meanwhile(decision, done, None), claimed
+
+
 def log_success(job: Job) -> None:
     """Log a success, if ``CONVEYOR_JOB_LOG_SUCCESS`` asks for it."""
     if conf.get().log_success:
@@ -139,23 +159,27 @@ def _cancelled_meanwhile(
     return done
 
 
-def _ring_if_limited(job: Job) -> None:
+def _ring_if_limited(job: Job, holds: limiter.Holds | None = None) -> None:
     """A run of a limited queue or task ended: a slot is free, so ring for the next one now.
 
     Its held-back jobs' own doorbells were dropped while the slots were full; without this
     they would wait for the sweeper. Only a claim refused since the last end makes it ring
     (jobs.limiter.wake). A task's limit spans its queues: the task's best due job of every
-    queue is rung for (jobs.queues.ring_task), not only the freed run's queue's.
+    queue is rung for (jobs.queues.ring_task), not only the freed run's queue's. ``holds``:
+    the marks a claim in the same transaction read under its lock after this end (a mark it
+    saw clear needs no wake).
     """
     from project.celery import app
 
+    known = holds is not None and holds.queue == job.queue
     limit = limits.limit_of(app.tasks.get(job.task))
-    if limit is not None and limit.frees_slots:
+    if limit is not None and limit.frees_slots and (not known or holds.task_held):
         ring_one_per_queue = partial(ring_task, job.task)
         transaction.on_commit(
             lambda: limiter.wake(TaskState, job.task, ring_one_per_queue), robust=True
         )
-    if job.queue in conf.get().queue_concurrency:
+    queue_limits = conf.get().queue_concurrency
+    if job.queue in queue_limits and (not known or holds.queue_held):
         ring_best = partial(ring, job.queue, limit=1)
         transaction.on_commit(lambda: limiter.wake(QueueState, job.queue, ring_best), robust=True)
 

@@ -49,45 +49,69 @@ class Plan:
     limit: Limit | None = None
 
 
+@dataclass(frozen=True)
+class Holds:
+    """What the claim's lock read: the queue, and whether a claim was refused for its slots
+    or the task's since the last end that found none (``held_at``, see ``wake``)."""
+
+    queue: str
+    queue_held: bool
+    task_held: bool
+
+
 def claim(plan: Plan, job_id: int, *, task: str, worker: str, only: int | None = None):
     """Claim the best job of ``task`` in ``job_id``'s queue that its limits let start, or None.
 
     ``only``: that job or nothing. ``job_id`` is the job the message names (rung again if a
     rate window holds it).
     """
-    limit = plan.limit
     with transaction.atomic():
-        locked = _lock(job_id, task, exclusive_queue=plan.queue_limit is not None)
-        if locked is None:  # the job is gone
-            return None
-        queue, paused, starts = locked
-        if paused:
-            return None
-        if plan.queue_limit is not None and _running(queue=queue) >= plan.queue_limit:
-            return _held(QueueState, queue)
-        if limit is not None and limit.concurrency and _running(task=task) >= limit.concurrency:
-            return _held(TaskState, task)
-        # Stamped after the counts: a run that took a freed slot never starts, on record,
-        # before the run that freed it ended (its end committed before the count read it).
-        now = timezone.now()
-        rate = limit.task_rate if limit is not None else None
-        if rate is not None:
-            free_at = _window_free_at(starts, rate, now)
-            if free_at is not None:
-                _ring_at(job_id, free_at)
-                return None
-        job = _pick_and_claim(queue, limit, task, worker, now, only)
-        if job is None:
-            if limit is not None and limit.key_rate:
-                _ring_when_a_key_frees(job_id, task, now)
-            if limit is not None and limit.key_concurrency:
-                return _held(TaskState, task)  # its keys' slots may be what holds it
-            return None
-        if rate is not None:
-            _record_task_start(task, starts, rate, now)
-        if limit is not None and (limit.key_rate or limit.fair):
-            _record_key_start(task, job.limit_key, limit.per_key_rate, now)
-    return job
+        return _claim(plan, job_id, task, worker, only)[0]
+
+
+def claim_reading_holds(plan: Plan, job_id: int, *, task: str, worker: str):
+    """``claim`` inside the caller's transaction (a run's end just written in it); return the
+    claimed job (or None) and the ``Holds`` its lock read (None if the job is gone).
+
+    The marks are read under the claim's lock, after the end: a run's end that rides on a
+    claim needs no read of its own to know whether to ring (jobs.completer).
+    """
+    return _claim(plan, job_id, task, worker, None)
+
+
+def _claim(plan: Plan, job_id: int, task: str, worker: str, only: int | None):
+    limit = plan.limit
+    locked = _lock(job_id, task, exclusive_queue=plan.queue_limit is not None)
+    if locked is None:  # the job is gone
+        return None, None
+    queue, paused, starts, holds = locked
+    if paused:
+        return None, holds
+    if plan.queue_limit is not None and _running(queue=queue) >= plan.queue_limit:
+        return _held(QueueState, queue), holds
+    if limit is not None and limit.concurrency and _running(task=task) >= limit.concurrency:
+        return _held(TaskState, task), holds
+    # Stamped after the counts: a run that took a freed slot never starts, on record,
+    # before the run that freed it ended (its end committed before the count read it).
+    now = timezone.now()
+    rate = limit.task_rate if limit is not None else None
+    if rate is not None:
+        free_at = _window_free_at(starts, rate, now)
+        if free_at is not None:
+            _ring_at(job_id, free_at)
+            return None, holds
+    job = _pick_and_claim(queue, limit, task, worker, now, only)
+    if job is None:
+        if limit is not None and limit.key_rate:
+            _ring_when_a_key_frees(job_id, task, now)
+        if limit is not None and limit.key_concurrency:
+            _held(TaskState, task)  # its keys' slots may be what holds it
+        return None, holds
+    if rate is not None:
+        _record_task_start(task, starts, rate, now)
+    if limit is not None and (limit.key_rate or limit.fair):
+        _record_key_start(task, job.limit_key, limit.per_key_rate, now)
+    return job, holds
 
 
 @cache
@@ -96,14 +120,15 @@ def _lock_sql(vendor: str, exclusive_queue: bool) -> str:
     if vendor == "postgresql":
         lock = f"FOR {'UPDATE' if exclusive_queue else 'KEY SHARE'} OF q FOR UPDATE OF t"
     return (
-        f"SELECT j.queue, q.paused_at IS NOT NULL OR t.paused_at IS NOT NULL, t.starts "
+        "SELECT j.queue, q.paused_at IS NOT NULL OR t.paused_at IS NOT NULL, t.starts, "
+        "q.held_at IS NOT NULL, t.held_at IS NOT NULL "
         f"FROM {TABLE} j JOIN {STATE_TABLE} q ON q.name = j.queue "
         f"JOIN {TASK_STATE_TABLE} t ON t.name = %s WHERE j.id = %s {lock}"
     )
 
 
 def _lock(job_id: int, task: str, *, exclusive_queue: bool):
-    """Lock the job's queue's state row and the task's; return (queue, paused, starts).
+    """Lock the job's queue's state row and the task's; return (queue, paused, starts, holds).
 
     One statement when both rows exist (every worker makes them at start); a missing one is
     made first. None if the job is gone.
@@ -125,8 +150,9 @@ def _lock(job_id: int, task: str, *, exclusive_queue: bool):
             )
             cursor.execute(sql, [task, job_id])
             row = cursor.fetchone()
-    queue, paused, starts = row
-    return queue, bool(paused), json.loads(starts) if isinstance(starts, str) else starts
+    queue, paused, starts, queue_held, task_held = row
+    starts = json.loads(starts) if isinstance(starts, str) else starts
+    return queue, bool(paused), starts, Holds(queue, bool(queue_held), bool(task_held))
 
 
 def _held(model, name: str) -> None:

@@ -123,13 +123,15 @@ class JobTask(Task):
             plan = _plan(self, job_id)
             if done is None:
                 job = _claim(job_id, task=self, worker=worker, plan=plan)
-            elif plan is not None:  # a limited claim is a transaction of its own
-                self._finish(*done)
-                job = _claim(job_id, task=self, worker=worker, plan=plan)
             else:
-                ended, job = completer.succeed_and_claim(
-                    *done, job_id, task=self.name, worker=worker
-                )
+                if plan is not None:  # a limited claim: one transaction, the success first
+                    ended, job = completer.succeed_and_claim_limited(
+                        *done, plan, job_id, task=self.name, worker=worker
+                    )
+                else:
+                    ended, job = completer.succeed_and_claim(
+                        *done, job_id, task=self.name, worker=worker
+                    )
                 self._ended(ended, succeeded=ended is done[0])
             done = None
             if job is None:

@@ -206,6 +206,37 @@ def test_a_runs_end_rings_only_after_a_refused_claim_and_clears_the_mark_when_no
 
 
 @pytest.mark.django_db
+def test_a_success_folded_into_a_limited_claim_wakes_only_if_its_lock_saw_a_refusal(
+    monkeypatch, django_capture_on_commit_callbacks
+):
+    from jobs.limits import limit_of
+    from jobs.models import TaskState
+    from project.celery import app
+
+    plan = limiter.Plan(limit=limit_of(app.tasks["tests.limited"]))
+    a, b, c = _enqueue("tests.limited", "abc", "k")
+    rung = []
+    monkeypatch.setattr("jobs.queues.publish", lambda jobs: rung.extend(j.pk for j in jobs) or 0)
+    first = services.job_claim(a.pk, worker="w/1")
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        ended, second = completer.succeed_and_claim_limited(
+            first, "null", plan, b.pk, task="tests.limited", worker="w/1"
+        )
+    assert ended is first and second.pk == b.pk
+    assert callbacks == [] and rung == []  # no refusal seen: nothing to wake, not even a read
+    assert services.job_claim(c.pk, worker="w/2") is not None
+    d = services.enqueue("tests.limited", {"key": "k", "tenant": "d"})
+    assert services.job_claim(d.pk, worker="w/3") is None  # b and c run: refused, marked
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        ended, third = completer.succeed_and_claim_limited(
+            second, "null", plan, d.pk, task="tests.limited", worker="w/1"
+        )
+    assert ended is second and third.pk == d.pk  # b's end, in the same transaction, freed it
+    assert len(callbacks) == 1 and rung == []  # the mark seen: a wake, which finds none due
+    assert TaskState.objects.get(name="tests.limited").held_at is None
+
+
+@pytest.mark.django_db
 def test_a_job_held_by_an_hourly_rate_is_rung_for_within_the_publish_horizon(
     monkeypatch, django_capture_on_commit_callbacks
 ):
