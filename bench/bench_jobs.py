@@ -215,20 +215,26 @@ def drain_baseline(env: dict, baseline: baselines.Baseline) -> tuple[float, floa
 
 
 def statements_per_job() -> dict:
-    """Count the worker's SQL statements in-process: one job alone, and three in a batch."""
+    """Count the worker's SQL statements in-process: one job alone, three in a batch, and three
+    in a batch under a limit that doesn't bind."""
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
+    from bench.tasks import limited_noop
     from jobs import services
     from jobs.models import Job
     from jobs.tasks import noop
 
     found = {}
-    for name, count in (("single", 1), ("batch_of_3", 3)):
-        jobs = [services.enqueue("jobs.noop", {}) for _ in range(count)]
+    for name, count, task in (
+        ("single", 1, noop),
+        ("batch_of_3", 3, noop),
+        ("limited_batch_of_3", 3, limited_noop),
+    ):
+        jobs = [services.enqueue(task.name, {}) for _ in range(count)]
         ids = jobs[0].pk if count == 1 else [job.pk for job in jobs]
         with CaptureQueriesContext(connection) as queries:
-            noop(ids)
+            task(ids)
         if Job.objects.filter(pk__in=[j.pk for j in jobs], status="succeeded").count() != count:
             raise SystemExit(f"in-process {name} run did not succeed")
         kinds = [q["sql"].split()[0] for q in queries.captured_queries]
