@@ -16,8 +16,7 @@ A job held back stays queued and spends no attempt. Its doorbell is dropped when
 what it waits for: the refusal marks the state row (``held_at``), and the next run of the
 queue or task to end rings for the best due job (``wake``); a limit that doesn't bind sends
 no extra doorbell. When a rate is what it waits for it is rung again for when the window
-frees. Times are the workers' clocks:
-keep the hosts in NTP.
+frees. Times are the workers' clocks: keep the hosts in NTP.
 """
 
 import json
@@ -89,10 +88,15 @@ def _claim(plan: Plan, job_id: int, task: str, worker: str, only: int | None):
         return None, holds
     if plan.queue_limit is not None and _running(queue=queue) >= plan.queue_limit:
         return _held(QueueState, queue), holds
-    if limit is not None and limit.concurrency and _running(task=task) >= limit.concurrency:
+    # On PostgreSQL the pick counts the task's running rows itself (its statement comes
+    # after the lock, so its snapshot sees every claim committed before); SQLite counts here.
+    concurrency = limit.concurrency if limit is not None else None
+    counted = bool(concurrency) and connection.vendor == "postgresql"
+    if concurrency and not counted and _running(task=task) >= concurrency:
         return _held(TaskState, task), holds
     # Stamped after the counts: a run that took a freed slot never starts, on record,
-    # before the run that freed it ended (its end committed before the count read it).
+    # before the run that freed it ended (its end committed before the count read it; the
+    # pick's own count reads a snapshot taken after this).
     now = timezone.now()
     rate = limit.task_rate if limit is not None else None
     if rate is not None:
@@ -100,7 +104,9 @@ def _claim(plan: Plan, job_id: int, task: str, worker: str, only: int | None):
         if free_at is not None:
             _ring_at(job_id, free_at)
             return None, holds
-    job = _pick_and_claim(queue, limit, task, worker, now, only)
+    job, full = _pick_and_claim(queue, limit, task, worker, now, only, counted)
+    if full:
+        return _held(TaskState, task), holds
     if job is None:
         if limit is not None and limit.key_rate:
             _ring_when_a_key_frees(job_id, task, now)
@@ -165,8 +171,9 @@ def wake(model, name: str, ring: Callable[[], int]) -> None:
     """A run of ``name`` (a QueueState or TaskState row) ended, its slot free: ``ring`` for
     the next job if a claim was refused since the last end that found nothing held.
 
-    Without a refusal no doorbell is sent: a limit that doesn't bind costs one read per end.
-    The read waits for a claim holding the row (FOR KEY SHARE against its FOR UPDATE), so a
+    Without a refusal no doorbell is sent: a limit that doesn't bind costs one read per end,
+    and nothing for a success that rides on the next claim (its lock reads the marks). The
+    read waits for a claim holding the row (FOR KEY SHARE against its FOR UPDATE), so a
     refusal decided before this run's end committed is seen (SQLite's writers take turns at
     BEGIN). The mark is cleared only if no refusal came since it was read and the ring found
     nothing due.
@@ -245,8 +252,12 @@ def _ring_when_a_key_frees(job_id: int, task: str, now: datetime) -> None:
 
 
 @cache
-def _pick_sql(vendor: str, limit: Limit | None, only: bool) -> str:
-    """The claim's UPDATE for a limited task: the pick with the task's key rules."""
+def _pick_sql(vendor: str, limit: Limit | None, only: bool, counted: bool) -> str:
+    """The claim's UPDATE for a limited task: the pick with the task's key rules.
+
+    ``counted`` (PostgreSQL): the statement also counts the task's running rows, picks only
+    below its ``concurrency``, and answers (running count, claimed row or NULLs).
+    """
     rules = []
     if limit is not None and limit.key_concurrency:
         rules.append(
@@ -258,6 +269,8 @@ def _pick_sql(vendor: str, limit: Limit | None, only: bool) -> str:
             f"AND NOT EXISTS (SELECT 1 FROM {KEY_TABLE} k WHERE k.task = j.task "
             "AND k.key = j.limit_key AND k.full_until > %s)"
         )
+    if counted:
+        rules.append("AND (SELECT running FROM n) < %s")
     order = "j.priority DESC, j.run_after, j.id"
     if limit is not None and limit.fair:
         least_recent = (
@@ -273,12 +286,26 @@ def _pick_sql(vendor: str, limit: Limit | None, only: bool) -> str:
     )
     if vendor == "postgresql":
         pick += " FOR UPDATE OF j SKIP LOCKED"
-    return f"{statements.SET_RUNNING.strip()} WHERE id = ({pick}) RETURNING {statements.COLUMNS}"
+    update = f"{statements.SET_RUNNING.strip()} WHERE id = ({pick}) RETURNING {statements.COLUMNS}"
+    if not counted:
+        return update
+    return (
+        f"WITH n AS MATERIALIZED (SELECT count(*) AS running FROM {TABLE} "
+        f"WHERE task = %s AND status = '{S.RUNNING}'), "
+        f"claimed AS ({update}) "
+        "SELECT (SELECT running FROM n), claimed.* FROM (SELECT 1) AS one "
+        "LEFT JOIN claimed ON true"
+    )
 
 
-def _pick_and_claim(queue, limit, task: str, worker: str, now: datetime, only: int | None):
+def _pick_and_claim(
+    queue, limit, task: str, worker: str, now: datetime, only: int | None, counted: bool
+) -> tuple[Job | None, bool]:
+    """Claim the best job the task's key rules let start; return (job or None, whether the
+    task's ``concurrency`` was reached: ``counted`` only)."""
     when = connection.ops.adapt_datetimefield_value
-    params = [*statements.running_params(worker, now), queue, task]
+    params = [task] if counted else []
+    params += [*statements.running_params(worker, now), queue, task]
     params.append(when(now + statements.CLAIM_CLOCK_SKEW))
     if only is not None:
         params.append(only)
@@ -286,10 +313,17 @@ def _pick_and_claim(queue, limit, task: str, worker: str, now: datetime, only: i
         params.append(limit.key_concurrency)
     if limit is not None and limit.key_rate:
         params.append(when(now))
+    if counted:
+        params.append(limit.concurrency)
     with connection.cursor() as cursor:
-        cursor.execute(_pick_sql(connection.vendor, limit, only is not None), params)
+        cursor.execute(_pick_sql(connection.vendor, limit, only is not None, counted), params)
         row = cursor.fetchone()
-    return statements.job_from_row(row) if row else None
+    if not counted:
+        return (statements.job_from_row(row) if row else None), False
+    running, claimed = row[0], row[1:]
+    if claimed[0] is not None:
+        return statements.job_from_row(claimed), False
+    return None, running >= limit.concurrency
 
 
 NOTHING_HOLDS = "nothing holds it back: it waits for a free worker of its queue (or its turn)"
