@@ -106,6 +106,7 @@ def succeed_and_claim(
         done, ending(decision), job_id, task=task, worker=worker
     )
     if ended:
+        _ring_if_limited(done)  # a limited task's batch whose next job is gone comes here
         return done, claimed
     return _cancelled_meanwhile(decision, done, None), claimed
 
@@ -116,7 +117,8 @@ def succeed_and_claim_limited(
     """Write ``done``'s success and claim ``job_id`` under ``plan``'s limits: one commit.
 
     As ``succeed_and_claim``, for a limited queue or task: the success is written first, so
-    the claim's count, in the same transaction, sees its slot free.
+    the claim's count, in the same transaction, sees its slot free (unless a cancel refused
+    the success: the run still counts, and its cancelled end then rings as any end does).
     """
     decision = Decision(S.SUCCEEDED, result=encoded)
     with transaction.atomic():

@@ -2,8 +2,9 @@
 
 Its claims take turns: one transaction locks the queue's state row (FOR UPDATE if the queue
 has a ``CONVEYOR_QUEUE_CONCURRENCY`` limit, else FOR KEY SHARE, as a pause expects) and the
-task's (FOR UPDATE), then counts what runs in statements of their own, which see every claim
-committed before the locks were granted. In that order:
+task's (FOR UPDATE), then counts what runs in statements that come after the lock, which see
+every claim committed before the locks were granted (on PostgreSQL the task's count is part
+of the pick's own statement). In that order:
 
 1. a paused queue or task starts nothing;
 2. the queue's limit and the task's ``concurrency`` count running rows;
@@ -14,9 +15,9 @@ committed before the locks were granted. In that order:
 
 A job held back stays queued and spends no attempt. Its doorbell is dropped when a slot is
 what it waits for: the refusal marks the state row (``held_at``), and the next run of the
-queue or task to end rings for the best due job (``wake``); a limit that doesn't bind sends
-no extra doorbell. When a rate is what it waits for it is rung again for when the window
-frees. Times are the workers' clocks: keep the hosts in NTP.
+queue or task to end rings for the best due job (``wake``) until one finds none due; a limit
+that doesn't bind sends no extra doorbell. When a rate is what it waits for it is rung again
+for when the window frees. Times are the workers' clocks: keep the hosts in NTP.
 """
 
 import json
@@ -94,9 +95,10 @@ def _claim(plan: Plan, job_id: int, task: str, worker: str, only: int | None):
     counted = bool(concurrency) and connection.vendor == "postgresql"
     if concurrency and not counted and _running(task=task) >= concurrency:
         return _held(TaskState, task), holds
-    # Stamped after the counts: a run that took a freed slot never starts, on record,
-    # before the run that freed it ended (its end committed before the count read it; the
-    # pick's own count reads a snapshot taken after this).
+    # Stamped after the counts done so far, so a run that took a freed slot does not start,
+    # on record, before the run that freed it ended. The counts in the pick's statement
+    # (the task's on PostgreSQL, the keys') read a snapshot taken a moment after this
+    # stamp: an end committed within that moment can still look later than the start.
     now = timezone.now()
     rate = limit.task_rate if limit is not None else None
     if rate is not None:
@@ -175,19 +177,28 @@ def wake(model, name: str, ring: Callable[[], int]) -> None:
     and nothing for a success that rides on the next claim (its lock reads the marks). The
     read waits for a claim holding the row (FOR KEY SHARE against its FOR UPDATE), so a
     refusal decided before this run's end committed is seen (SQLite's writers take turns at
-    BEGIN). The mark is cleared only if no refusal came since it was read and the ring found
-    nothing due.
+    BEGIN). The mark is cleared only if no refusal came since it was read and no job is due
+    as a claim counts due (its clock skew allowed): a ring that sent nothing because the
+    broker was away, or because the job is due only on a faster clock, leaves it.
     """
     table = connection.ops.quote_name(model._meta.db_table)
     lock = " FOR KEY SHARE" if connection.vendor == "postgresql" else ""
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT held_at FROM {table} WHERE name = %s{lock}", [name])
         row = cursor.fetchone()
-        if row is None or row[0] is None or ring():
+        if row is None or row[0] is None or ring() or _any_due(model, name):
             return
         cursor.execute(
             f"UPDATE {table} SET held_at = NULL WHERE name = %s AND held_at = %s", [name, row[0]]
         )
+
+
+def _any_due(model, name: str) -> bool:
+    """Whether a job of the queue or task ``name`` is due, as a claim would take it."""
+    where = {"task": name} if model is TaskState else {"queue": name}
+    due = timezone.now() + statements.CLAIM_CLOCK_SKEW
+    pending = Job.objects.filter(status__in=(S.QUEUED, S.RETRYING), run_after__lte=due, **where)
+    return pending.exists()
 
 
 def _running(**where) -> int:

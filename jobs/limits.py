@@ -13,8 +13,8 @@ A ``Limit`` on a JobTask (``limit = Limit(...)``) says how its jobs may start:
 
 A job held back by a limit stays queued and spends no attempt (jobs.limiter decides, with
 the task's state row locked, so every claim of the task takes its turn and the figures are
-exact). A slot freed by a run's end rings for the task at once (jobs.completer); a rate
-window that is full re-rings when it frees.
+exact). A slot freed by a run's end rings for the task at once if a claim was refused for
+a slot meanwhile (jobs.limiter.wake); a rate window that is full re-rings when it frees.
 """
 
 import hashlib

@@ -124,15 +124,7 @@ class JobTask(Task):
             if done is None:
                 job = _claim(job_id, task=self, worker=worker, plan=plan)
             else:
-                if plan is not None:  # a limited claim: one transaction, the success first
-                    ended, job = completer.succeed_and_claim_limited(
-                        *done, plan, job_id, task=self.name, worker=worker
-                    )
-                else:
-                    ended, job = completer.succeed_and_claim(
-                        *done, job_id, task=self.name, worker=worker
-                    )
-                self._ended(ended, succeeded=ended is done[0])
+                job = self._succeed_and_claim(done, job_id, plan=plan, worker=worker)
             done = None
             if job is None:
                 _dropped(self, job_id)
@@ -141,6 +133,30 @@ class JobTask(Task):
         if done is not None:
             self._finish(*done)
         return None
+
+    def _succeed_and_claim(self, done, job_id: int, *, plan, worker: str) -> Job | None:
+        """Write ``done``'s success and claim ``job_id`` together (under ``plan``'s limits).
+
+        If the connection dropped meanwhile (a database restart), the success is written on
+        its own on a new connection, then the claim is tried: neither is lost with it. (Had
+        the drop come after the commit, the job it claimed is left to its lease and the
+        reaper.)
+        """
+        try:
+            if plan is not None:  # a limited claim: one transaction, the success first
+                ended, job = completer.succeed_and_claim_limited(
+                    *done, plan, job_id, task=self.name, worker=worker
+                )
+            else:
+                ended, job = completer.succeed_and_claim(
+                    *done, job_id, task=self.name, worker=worker
+                )
+        except (OperationalError, InterfaceError):
+            connection.close()
+            self._finish(*done)
+            return _claim(job_id, task=self, worker=worker, plan=plan)
+        self._ended(ended, succeeded=ended is done[0])
+        return job
 
     def run_ended(self, job: Job) -> None:
         """Called once a run's end is recorded (not for runs lost with their worker)."""

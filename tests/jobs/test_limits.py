@@ -206,6 +206,28 @@ def test_a_runs_end_rings_only_after_a_refused_claim_and_clears_the_mark_when_no
 
 
 @pytest.mark.django_db
+def test_a_ring_that_sends_nothing_keeps_the_mark_while_a_held_job_is_due(
+    monkeypatch, django_capture_on_commit_callbacks
+):
+    from jobs.models import TaskState
+
+    a, b, c = _enqueue("tests.limited", "abc", "k")
+    first = services.job_claim(a.pk, worker="w/1")
+    assert services.job_claim(b.pk, worker="w/2") is not None
+    assert services.job_claim(c.pk, worker="w/3") is None  # refused, and marked
+    monkeypatch.setattr("jobs.queues.publish", lambda jobs: 0)  # the broker is away
+    with django_capture_on_commit_callbacks(execute=True):
+        completer.finish(outcome.Decision(S.SUCCEEDED, result="null"), first)
+    assert TaskState.objects.get(name="tests.limited").held_at is not None  # c is still due
+    monkeypatch.undo()
+    Job.objects.filter(pk=c.pk).update(status=S.CANCELLED)  # nothing due any more
+    second = Job.objects.get(pk=b.pk)
+    with django_capture_on_commit_callbacks(execute=True):
+        completer.finish(outcome.Decision(S.SUCCEEDED, result="null"), second)
+    assert TaskState.objects.get(name="tests.limited").held_at is None
+
+
+@pytest.mark.django_db
 def test_a_success_folded_into_a_limited_claim_wakes_only_if_its_lock_saw_a_refusal(
     monkeypatch, django_capture_on_commit_callbacks
 ):
