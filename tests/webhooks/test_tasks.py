@@ -29,13 +29,13 @@ def test_a_successful_delivery_costs_eight_sql_statements(receiver):
     # queue's and the task's state rows in one statement, then claims the best job whose
     # endpoint has room. Then the read of delivery + event + endpoint, the attempt row written
     # with the delivery's move and the endpoint's reset in one statement, the job's completion,
-    # and the read of the best due delivery to ring for, now that a slot is free.
+    # and the read of the task's held mark (a slot is free: ring only if a claim was refused).
     kinds = [kind for kind, _ in statements]
     assert kinds == ["BEGIN", "SELECT", "UPDATE", "COMMIT", "SELECT", "WITH", "UPDATE", "SELECT"]
     assert "jobs_taskstate" in statements[1][1] and "FOR UPDATE OF" in statements[1][1]
     assert "jobs_job" in statements[2][1] and "jobs_job" in statements[6][1]
-    assert "jobs_queuestate" in statements[7][1]  # its best due job in each queue, at once
-    assert "\"task\" = 'webhooks.deliver'" in statements[7][1]
+    assert "held_at" in statements[7][1] and "jobs_taskstate" in statements[7][1]
+    assert "FOR KEY SHARE" in statements[7][1]  # waits for a claim deciding a refusal
     record = statements[5][1]
     for table in ("webhooks_deliveryattempt", "webhooks_endpoint", "webhooks_delivery"):
         assert f'"{table}"' in record
