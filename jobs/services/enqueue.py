@@ -28,6 +28,32 @@ def validate_priority(priority) -> int:
     return priority
 
 
+def validate_payload(payload) -> dict:
+    """Return ``payload`` if it is a dict a job can store; raise a clear ValueError if not.
+
+    A NUL character (``\\x00``) is refused on every database, as PostgreSQL's jsonb does.
+    """
+    if not isinstance(payload, dict):
+        raise ValueError(f"a job's payload is a dict, not {type(payload).__name__}")
+    try:
+        holds_nul = _holds_nul(payload)
+    except RecursionError:
+        raise ValueError("a job's payload is nested too deeply to store") from None
+    if holds_nul:
+        raise ValueError("a job's payload cannot hold a NUL character (\\x00)")
+    return payload
+
+
+def _holds_nul(value) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_holds_nul(key) or _holds_nul(item) for key, item in value.items())
+    if isinstance(value, list | tuple):
+        return any(_holds_nul(item) for item in value)
+    return False
+
+
 def _task_defaults(task) -> tuple[str, str | None, int | None, Unique | None, Limit | None]:
     """Return (name, queue, declared max attempts, unique rule, limit) of a task or name."""
     from project.celery import app
@@ -72,11 +98,9 @@ def _new_job(
     task, payload, *, queue, priority, run_after, max_attempts, idempotency_key, now
 ) -> tuple[Job, Unique | None, Limit | None]:
     """An unsaved job of ``task``, with the task's unique rule and limit."""
-    if payload is not None and not isinstance(payload, dict):
-        raise ValueError(f"a job's payload is a dict, not {type(payload).__name__}")
+    payload = validate_payload(payload) if payload is not None else {}
     validate_priority(priority)
     name, task_queue, task_max_attempts, rule, limit = _task_defaults(task)
-    payload = payload if payload is not None else {}
     job = Job(
         task=name,
         queue=queue or task_queue or "default",
@@ -187,8 +211,8 @@ def enqueue_many(
         idempotency_key=None,
         now=now,
     )
-    if not all(isinstance(payload, dict) for payload in payloads):
-        raise ValueError("every job's payload is a dict")
+    for payload in payloads:
+        validate_payload(payload)
     jobs = [
         Job(
             task=template.task,

@@ -20,6 +20,32 @@ def test_an_unknown_task_is_refused():
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize(
+    "payload",
+    [{"name": "a\x00b"}, {"a\x00": 1}, {"deep": [{"list": ["ok", "\x00"]}]}],
+    ids=["value", "key", "nested"],
+)
+def test_a_payload_with_a_nul_character_is_refused_with_nothing_written(payload):
+    with pytest.raises(ValueError, match="cannot hold a NUL character"):
+        services.enqueue("tests.record", payload)
+    with pytest.raises(ValueError, match="cannot hold a NUL character"):
+        services.enqueue_many("tests.record", [{"fine": 1}, payload])
+    assert Job.objects.count() == 0
+    job = services.enqueue("tests.record", {"text": "a\\u0000b"})  # the six characters
+    assert Job.objects.get(pk=job.pk).payload == {"text": "a\\u0000b"}
+
+
+@pytest.mark.django_db
+def test_a_payload_nested_too_deeply_is_refused():
+    payload: dict = {}
+    for _ in range(5000):
+        payload = {"a": payload}
+    with pytest.raises(ValueError, match="nested too deeply"):
+        services.enqueue("tests.record", payload)
+    assert Job.objects.count() == 0
+
+
+@pytest.mark.django_db
 def test_options_are_stored_and_task_defaults_apply():
     run_after = timezone.now() + timedelta(hours=1)
     job = services.enqueue(
