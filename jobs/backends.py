@@ -24,7 +24,7 @@ import dataclasses
 
 from django.db import transaction
 from django.tasks.backends.base import BaseTaskBackend
-from django.tasks.base import TaskError, TaskResult, TaskResultStatus
+from django.tasks.base import Task, TaskError, TaskResult, TaskResultStatus
 from django.tasks.exceptions import TaskResultDoesNotExist
 from django.tasks.signals import task_enqueued
 from django.utils.dateparse import parse_datetime
@@ -33,9 +33,22 @@ from django.utils.module_loading import import_string
 
 from jobs import services
 from jobs.attempts import history
+from jobs.errors import Permanent
 from jobs.models import Job, JobStatus
 
 TASK_NAME = "jobs.django_task"
+
+
+class NotATask(Permanent):
+    """The path a job names is no django.tasks Task (a stale or tampered row): it fails for
+    good when run, and its result says so."""
+
+
+def not_a_task():
+    """The stand-in function of a result whose job names no task (see ``NotATask``)."""
+    raise NotATask("this job's path names no django.tasks Task")
+
+
 MAX_ID = 2**63 - 1
 STATUS = {
     JobStatus.QUEUED: TaskResultStatus.READY,
@@ -96,9 +109,18 @@ class ConveyorBackend(BaseTaskBackend):
         return self.result(job)
 
     def task_of(self, job: Job):
-        """Rebuild the task exactly as it was enqueued (queue, priority, run_after)."""
+        """Rebuild the task exactly as it was enqueued (queue, priority, run_after).
+
+        Raise ``NotATask`` if the job's path does not import, or names something else.
+        """
         payload = job.payload
-        task = import_string(payload["path"])
+        path = payload.get("path") if isinstance(payload, dict) else None
+        try:
+            task = import_string(str(path))
+        except ImportError as exc:
+            raise NotATask(f"{path!r} does not import: {exc}") from None
+        if not isinstance(task, Task):
+            raise NotATask(f"{path!r} is not a django.tasks Task but a {type(task).__name__}")
         run_after = payload.get("run_after")
         return dataclasses.replace(
             task,
@@ -108,8 +130,25 @@ class ConveyorBackend(BaseTaskBackend):
             run_after=parse_datetime(run_after) if run_after else None,
         )
 
+    def _stand_in(self, job: Job) -> Task:
+        """The task a result shows for a job whose path names none (``not_a_task``)."""
+        queue = job.queue if not self.queues or job.queue in self.queues else min(self.queues)
+        return Task(
+            priority=0, func=not_a_task, backend=self.alias, queue_name=queue, run_after=None
+        )
+
     def result(self, job: Job, *, task=None, status=None) -> TaskResult:
-        """The ``TaskResult`` of ``job`` as its row (and its attempt history) tell it."""
+        """The ``TaskResult`` of ``job`` as its row (and its attempt history) tell it.
+
+        A job whose path names no task answers FAILED, its first error saying why.
+        """
+        problem = None
+        if task is None:
+            try:
+                task = self.task_of(job)
+            except NotATask as exc:
+                problem = TaskError(exception_class_path=f"{__name__}.NotATask", traceback=str(exc))
+                task, status = self._stand_in(job), TaskResultStatus.FAILED
         attempts = history(job)
         workers = [entry["worker"] for entry in attempts]
         if job.status == JobStatus.RUNNING and job.locked_by:
@@ -122,11 +161,13 @@ class ConveyorBackend(BaseTaskBackend):
             for entry in attempts
             if entry["error"] and entry["outcome"] != JobStatus.SUCCEEDED
         ]
+        if problem is not None:
+            errors.insert(0, problem)
         last_start = attempts[-1]["started_at"] if attempts else None
         if job.status == JobStatus.RUNNING:
             last_start = job.started_at
         result = TaskResult(
-            task=task or self.task_of(job),
+            task=task,
             id=str(job.pk),
             status=status or STATUS[job.status],
             enqueued_at=job.created_at,

@@ -64,6 +64,35 @@ def test_get_result_returns_what_enqueue_returned(transactional_db):
     assert djangotasks.add.get_result(result.id).task == task
 
 
+@pytest.mark.parametrize(
+    ("path", "says"),
+    [
+        ("os.path.join", "is not a django.tasks Task but a function"),
+        ("no_such_module.thing", "does not import"),
+    ],
+)
+def test_a_job_whose_path_names_no_task_answers_failed_and_dies_when_run(start_worker, path, says):
+    from jobs.models import Job, JobStatus
+
+    with transaction.atomic():  # a stale or tampered row: published only once it is changed
+        result = djangotasks.add.enqueue(2, 3)
+        job = Job.objects.get(pk=int(result.id))
+        Job.objects.filter(pk=job.pk).update(payload={**job.payload, "path": path})
+    fetched = default_task_backend.get_result(result.id)
+    assert fetched.status == TaskResultStatus.FAILED and fetched.id == result.id
+    assert fetched.errors[0].exception_class_path == "jobs.backends.NotATask"
+    assert path in fetched.errors[0].traceback and says in fetched.errors[0].traceback
+    start_worker(queues="default", concurrency=1)
+    wait_until(
+        lambda: Job.objects.get(pk=job.pk).status == JobStatus.DEAD,
+        timeout=60,
+        message="the job naming no task to end dead",
+    )
+    dead = Job.objects.get(pk=job.pk)
+    assert dead.attempts == 1 and says in dead.last_error
+    assert default_task_backend.get_result(result.id).status == TaskResultStatus.FAILED
+
+
 @pytest.mark.parametrize("bad", [str(uuid.uuid4()), "", "abc", "-1", "0", "9" * 30])
 def test_get_result_of_an_unknown_id_raises_does_not_exist(transactional_db, bad):
     with pytest.raises(TaskResultDoesNotExist):
