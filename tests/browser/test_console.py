@@ -226,7 +226,10 @@ def test_a_failed_deployment_is_found_from_the_jobs_list(admin_page, make_projec
         lambda: Deployment.objects.get(pk=deployment.pk).status == DeploymentStatus.FAILED,
         message="the deployment to fail",
     )
-    assert Job.objects.get(pk=deployment.job_id).status == JobStatus.SUCCEEDED
+    wait_until(  # the deployment's end is written by its body, the job's a moment after
+        lambda: Job.objects.get(pk=deployment.job_id).status == JobStatus.SUCCEEDED,
+        message="the deployment's job to end succeeded",
+    )
     page = admin_page
     page.goto("/admin/jobs/job/")
     page.click("#changelist-filter a:has-text('Owner failed')")
