@@ -31,7 +31,7 @@ from django.utils import timezone
 
 from jobs import conf, limits, statements
 from jobs.limits import Limit, Rate
-from jobs.models import Job, JobStatus, LimitKeyState, QueueState, TaskState
+from jobs.models import PENDING, Job, JobStatus, LimitKeyState, QueueState, TaskState
 from jobs.publish import SCHEDULE_HORIZON_SECONDS, publish_on_commit
 
 S = JobStatus
@@ -197,7 +197,7 @@ def _any_due(model, name: str) -> bool:
     """Whether a job of the queue or task ``name`` is due, as a claim would take it."""
     where = {"task": name} if model is TaskState else {"queue": name}
     due = timezone.now() + statements.CLAIM_CLOCK_SKEW
-    pending = Job.objects.filter(status__in=(S.QUEUED, S.RETRYING), run_after__lte=due, **where)
+    pending = Job.objects.filter(status__in=PENDING, run_after__lte=due, **where)
     return pending.exists()
 
 
