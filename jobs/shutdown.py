@@ -52,8 +52,11 @@ class running_body:  # noqa: N801 - used as a context manager around a body
     def __enter__(self):
         pid = os.getpid()
         # Only in a prefork pool child: a worker's main process keeps Celery's handlers.
-        if _state["child"] == pid and _state["sigterm_installed"] != pid:
-            _defer_sigterm()
+        if _state["child"] == pid:
+            if _state["sigterm_installed"] != pid:
+                _defer_sigterm()
+            if signal.getsignal(signal.SIGUSR2) is not _on_request:
+                signal.signal(signal.SIGUSR2, _on_request)
         _state.update(in_body=True, cooperative=self.cooperative)
         if _requested.is_set() and not self.cooperative:
             raise WorkerShutdown("the worker is shutting down")
@@ -71,6 +74,13 @@ def _on_request(signum, frame) -> None:
 
 @signals.worker_process_init.connect
 def _install_in_child(**kwargs) -> None:
+    """Mark this process a pool child; its SIGUSR2 handler is (re)installed at each body.
+
+    billiard resets a child's signal handlers after this initializer runs, and when its pool
+    has threads (a transport without an event loop: the embedded filesystem broker) it sets
+    SIGUSR2 to its own exit handler too, which would end a body with ``SystemExit(-244)``
+    instead of handing it back.
+    """
     _state["child"] = os.getpid()
     signal.signal(signal.SIGUSR2, _on_request)
 

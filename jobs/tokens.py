@@ -2,6 +2,7 @@
 
 import hashlib
 import secrets
+import string
 from datetime import datetime, timedelta
 
 from django.db.models import Q
@@ -50,19 +51,24 @@ def token_create(
     created_by: str = "",
     user=None,
     granted_by=None,
+    secret: str | None = None,
 ) -> tuple[ApiToken, str]:
     """Create a token; return it and its secret value, which is never shown again.
 
     ``user`` is the person the token acts for (must be active). ``granted_by`` is the user
     creating it from the console (None: the operator's shell); raises GrantRefused when
-    they may not give ``scope``.
+    they may not give ``scope``. ``secret`` registers a value kept elsewhere instead of a new
+    one (the demo token kept in var/, when the database changed); it must be one this
+    module made.
     """
     if scope not in TokenScope.values:
         raise ValueError(f"scope must be one of {', '.join(TokenScope.values)}")
     if user is not None and not user.is_active:
         raise ValueError(f"user {user.get_username()} is not active")
     _check_grant(granted_by, scope)
-    raw = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    raw = TOKEN_PREFIX + secrets.token_urlsafe(32) if secret is None else secret
+    if not _well_formed(raw):
+        raise ValueError("secret is not a token this server makes")
     token = ApiToken.objects.create(
         name=name,
         scope=scope,
@@ -80,6 +86,17 @@ def token_create(
         details={"name": name, "scope": scope, "user": user.get_username() if user else None},
     )
     return token, raw
+
+
+def _well_formed(raw: str) -> bool:
+    body = raw[len(TOKEN_PREFIX) :]
+    alphabet = set(string.ascii_letters + string.digits + "-_")
+    return raw.startswith(TOKEN_PREFIX) and 43 <= len(body) <= 100 and set(body) <= alphabet
+
+
+def token_known(raw: str) -> bool:
+    """Whether this database holds a token (live or not) whose secret is ``raw``."""
+    return ApiToken.objects.filter(token_hash=_hash(raw)).exists()
 
 
 def token_update(token: ApiToken, *, changed_by, **fields) -> ApiToken:

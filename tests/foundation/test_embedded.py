@@ -5,6 +5,7 @@ import json
 import os
 import pty
 import re
+import signal
 import subprocess
 import termios
 import time
@@ -98,14 +99,9 @@ def http(port: int, path: str, *, token: str | None = None, body: dict | None = 
         return None
 
 
-@pytest.mark.slow
-def test_make_run_serves_deploys_and_stops_cleanly(tmp_path):
-    """``make run`` on the embedded defaults: health, admin, a real deployment, Ctrl-C."""
-    env = embedded_env(tmp_path)
-    port = free_port()
-    env["PORT"] = str(port)
-    log_path = tmp_path / "make-run.log"
-    terminal, tty = pty.openpty()  # a terminal of its own, so Ctrl-C can be typed into it
+def start_make_run(env: dict, log_path: Path) -> tuple[subprocess.Popen, int]:
+    """Start ``make run`` in a terminal of its own; return it and the terminal's fd."""
+    terminal, tty = pty.openpty()  # so Ctrl-C can be typed into it
 
     def own_terminal() -> None:
         os.setsid()
@@ -122,23 +118,36 @@ def test_make_run_serves_deploys_and_stops_cleanly(tmp_path):
             preexec_fn=own_terminal,
         )
     os.close(tty)
+    return stack, terminal
+
+
+def wait_until_ready(port: int, log_path: Path) -> str:
+    """Wait for the stack to serve and beat to start; return the demo token it printed."""
+    status, body = wait_until(
+        lambda: http(port, "/healthz"), timeout=180, interval=0.5, message="/healthz"
+    )
+    assert status == 200 and body == {"database": "ok", "broker": "ok"}
+    wait_until(lambda: "beat: Starting" in log_path.read_text(), timeout=60, message="beat started")
+    return re.search(r"Token:\s+(cvy_\S+)", log_path.read_text()).group(1)
+
+
+@pytest.mark.slow
+def test_make_run_serves_deploys_and_stops_cleanly(tmp_path):
+    """``make run`` on the embedded defaults: health, admin, a real deployment, Ctrl-C."""
+    env = embedded_env(tmp_path)
+    port = free_port()
+    env["PORT"] = str(port)
+    log_path = tmp_path / "make-run.log"
+    stack, terminal = start_make_run(env, log_path)
     try:
-        status, body = wait_until(
-            lambda: http(port, "/healthz"), timeout=180, interval=0.5, message="/healthz"
-        )
-        assert status == 200 and body == {"database": "ok", "broker": "ok"}
+        token = wait_until_ready(port, log_path)
         output = log_path.read_text()
         assert f"http://127.0.0.1:{port}/admin/  (user admin, password pw-for-tests" in output
-        token = re.search(r"Token:\s+(cvy_\S+)", output).group(1)
         assert f"curl -s -X POST http://127.0.0.1:{port}/api/v1/projects/demo/deployments" in output
         status, body = wait_until(
             lambda: http(port, "/admin/login/"), timeout=30, message="the admin login"
         )
         assert status == 200 and b'name="password"' in body
-        wait_until(
-            lambda: "beat: Starting" in log_path.read_text(), timeout=60, message="beat started"
-        )
-
         status, created = http(
             port,
             "/api/v1/projects/demo/deployments",
@@ -179,3 +188,56 @@ def test_make_run_serves_deploys_and_stops_cleanly(tmp_path):
     assert "SIGKILL" not in output and "still running after" not in output
     for program in ("web", "worker", "deployer", "beat"):
         assert f"{program} stopped (rc=0)" in output, output[-3000:]
+
+
+@pytest.mark.slow
+def test_make_run_stopped_mid_deployment_ends_it_worker_shutdown_and_keeps_its_token(tmp_path):
+    """SIGINT sent to make's own pid (as a process manager does) stops the embedded stack in
+    the middle of a deployment: it ends ``failed/worker_shutdown`` with the log saying why, as
+    on PostgreSQL + Redis, and the next start prints the same demo token."""
+    env = embedded_env(tmp_path)
+    env["CONVEYOR_SHUTDOWN_GRACE"] = "2s"
+    port = free_port()
+    env["PORT"] = str(port)
+    log_path = tmp_path / "make-run.log"
+    stack, terminal = start_make_run(env, log_path)
+    try:
+        token = wait_until_ready(port, log_path)
+        status, created = http(
+            port,
+            "/api/v1/projects/demo/deployments",
+            token=token,
+            body={"ref": "main", "pipeline": "slow"},
+        )
+        assert status == 201, created
+        logs = f"/api/v1/deployments/{created['id']}/logs"
+        wait_until(
+            lambda: "tick 2/60" in str((http(port, logs, token=token) or (0, b""))[1]),
+            timeout=120,
+            interval=0.5,
+            message="the slow step to tick",
+        )
+        stack.send_signal(signal.SIGINT)  # to make itself, not its process group
+        status = stack.wait(timeout=60)
+    finally:
+        if stack.poll() is None:
+            stack.terminate()
+            stack.wait(timeout=60)
+        os.close(terminal)
+    output = log_path.read_text()
+    assert "SIGINT (to make) received: stopping" in output, output[-3000:]
+    assert status == -signal.SIGINT  # make dies of the signal once its recipe stopped
+    assert "SIGKILL" not in output and "still running after" not in output
+    script = (
+        "from deployments.models import Deployment; from jobs.models import Job; "
+        "from deployments.selectors import deployment_logs; "
+        f"d = Deployment.objects.get(pk={created['id']}); "
+        "print(d.status, d.failure_reason, Job.objects.get(pk=d.job_id).status); "
+        "print(deployment_logs(d)['text'])"
+    )
+    shown = manage(env, "shell", "--no-imports", "-c", script).stdout
+    assert shown.splitlines()[0] == "failed worker_shutdown succeeded", shown
+    assert "step wait was stopped (worker shutdown)" in shown, shown
+    assert "conveyor: the worker shut down in step 'wait'" in shown, shown
+    again = manage(env, "seed_demo").stdout
+    assert f"Token:    {token}  (deploy scope, project demo; kept in var/demo-token)" in again

@@ -9,6 +9,8 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 
 from deployments.management.commands.seed_demo import demo_admin_password, demo_token
+from jobs.models import ApiToken, TokenScope
+from jobs.tokens import token_authenticate, token_revoke
 from project import secretfiles
 from tests.processes import PYTHON, ROOT
 
@@ -57,12 +59,42 @@ def test_demo_password_and_token_are_created_0600(make_project, settings, tmp_pa
     settings.VAR_DIR = tmp_path
     make_project("demo")
     password, _ = demo_admin_password()
-    token = demo_token()
+    token, _ = demo_token()
     assert mode(tmp_path / "admin-password") == 0o600
     assert mode(tmp_path / "demo-token") == 0o600
     assert (tmp_path / "admin-password").read_text() == password
-    assert demo_token() == token  # kept, not made again
+    assert demo_token()[0] == token  # kept, not made again
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary left
+
+
+def test_the_demo_token_outlives_a_change_of_database(make_project, settings, tmp_path):
+    """A kept token that this database never saw (var/ shared by embedded and PostgreSQL)
+    is registered as is; only one this database revoked is replaced, and the output says so."""
+    settings.VAR_DIR = tmp_path
+    project = make_project("demo")
+    token, _ = demo_token()
+    ApiToken.objects.all().delete()  # as a fresh database beside the same var/ sees it
+    again, origin = demo_token()
+    assert again == token and "new to this database" in origin
+    found = token_authenticate(token)
+    assert found is not None and found.scope == TokenScope.DEPLOY
+    assert project.api_tokens.filter(pk=found.pk).exists()
+
+    token_revoke(found, actor="test")
+    replaced, origin = demo_token()
+    assert replaced != token and origin.startswith("NEW:")
+    assert (tmp_path / "demo-token").read_text() == replaced
+    assert token_authenticate(replaced) is not None
+
+
+def test_a_demo_token_file_that_holds_no_token_is_replaced(make_project, settings, tmp_path):
+    settings.VAR_DIR = tmp_path
+    make_project("demo")
+    (tmp_path / "demo-token").write_text("cvy_short")
+    (tmp_path / "demo-token").chmod(0o600)
+    token, origin = demo_token()
+    assert token != "cvy_short" and origin.startswith("NEW:")
+    assert ApiToken.objects.count() == 1 and token_authenticate(token) is not None
 
 
 def test_a_readable_secret_file_is_refused(tmp_path):

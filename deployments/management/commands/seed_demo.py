@@ -9,7 +9,7 @@ from deployments.demo import DEMO_PROJECTS
 from deployments.models import Project
 from deployments.projects_as_code import apply_document
 from jobs.models import TokenScope
-from jobs.tokens import token_authenticate, token_create
+from jobs.tokens import token_authenticate, token_create, token_known
 from project import env, secretfiles
 
 
@@ -23,16 +23,35 @@ def demo_admin_password() -> tuple[str, str]:
     return password, f"generated, kept in {kept}"
 
 
-def demo_token() -> str:
-    """Return the demo project's deploy token, creating it once and keeping it in var/."""
+def demo_token() -> tuple[str, str]:
+    """Return the demo project's deploy token and a word on where it came from.
+
+    The value is kept in var/demo-token and outlives a change of database (embedded and
+    PostgreSQL share var/): a kept value this database has never seen is registered here as
+    is, so a token printed earlier keeps working. Only one this database revoked or let expire
+    is replaced, and the word says so.
+    """
     kept = settings.VAR_DIR / "demo-token"
     found = secretfiles.read_private(kept)
+    project = Project.objects.get(slug="demo")
     if found and token_authenticate(found) is not None:
-        return found
+        return found, "kept in var/demo-token"
+    if found and not token_known(found):
+        try:
+            token, raw = token_create(
+                name="demo", scope=TokenScope.DEPLOY, created_by="seed_demo", secret=found
+            )
+        except ValueError:  # not a token: an edited file
+            pass
+        else:
+            project.api_tokens.add(token)
+            return raw, "kept in var/demo-token, new to this database"
     token, raw = token_create(name="demo", scope=TokenScope.DEPLOY, created_by="seed_demo")
-    Project.objects.get(slug="demo").api_tokens.add(token)
+    project.api_tokens.add(token)
     secretfiles.write_private(kept, raw, replace=True)
-    return raw
+    if found:
+        return raw, "NEW: the one kept in var/demo-token was revoked, expired or not a token"
+    return raw, "kept in var/demo-token"
 
 
 class Command(BaseCommand):
@@ -54,14 +73,12 @@ class Command(BaseCommand):
             f"({result.created} created, {result.updated} updated, {result.unchanged} unchanged)"
         )
         port = env.string("PORT", "8000")
-        token = demo_token()
+        token, origin = demo_token()
         self.stdout.write(
             f"Admin:    http://127.0.0.1:{port}/admin/  (user admin, password {password}; {source})"
         )
         self.stdout.write(f"API:      http://127.0.0.1:{port}/api/v1/  (docs: /api/v1/docs)")
-        self.stdout.write(
-            f"Token:    {token}  (deploy scope, project demo; kept in var/demo-token)"
-        )
+        self.stdout.write(f"Token:    {token}  (deploy scope, project demo; {origin})")
         self.stdout.write(
             "Try:      curl -s -X POST "
             f"http://127.0.0.1:{port}/api/v1/projects/demo/deployments "
