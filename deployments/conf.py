@@ -1,6 +1,6 @@
 """The deployments app's settings, typed, with their defaults; validated at start-up.
 
-Each is read from Django settings when defined there, else from the environment:
+Declared in project/settings_registry.py and read from Django settings at each call:
 
 ``CONVEYOR_WORKSPACES_DIR``      where workspaces, worktrees and default workdirs live
                                  (default ``var/workspaces``)
@@ -47,36 +47,24 @@ class DeploymentSettings:
     dora_failure_window: timedelta
 
 
-def _duration(name: str, default: str) -> timedelta:
-    value = getattr(settings, name, None)
-    if value is None:
-        return env.duration(name, default)
-    if isinstance(value, timedelta):
-        return value
-    return env.parse_duration(str(value))
-
-
 def get() -> DeploymentSettings:
     """Return the settings in force (read each call so tests can override them)."""
     return DeploymentSettings(
         workspaces_dir=Path(settings.CONVEYOR_WORKSPACES_DIR),
-        stop_grace=_duration("CONVEYOR_STOP_GRACE", "10s"),
-        deployment_timeout=_duration("CONVEYOR_DEPLOYMENT_TIMEOUT", "1h"),
-        wait=_duration("CONVEYOR_DEPLOYMENT_WAIT", "5s"),
-        worktree_idle_threshold=_duration("CONVEYOR_WORKTREE_IDLE_THRESHOLD", "30d"),
-        worktree_warning_lead=_duration("CONVEYOR_WORKTREE_WARNING_LEAD", "72h"),
-        log_retention=_duration("CONVEYOR_LOG_RETENTION", "90d"),
-        approval_timeout=_duration("CONVEYOR_APPROVAL_TIMEOUT", "24h"),
-        dora_failure_window=_duration("CONVEYOR_DORA_FAILURE_WINDOW", "7d"),
+        stop_grace=settings.CONVEYOR_STOP_GRACE,
+        deployment_timeout=settings.CONVEYOR_DEPLOYMENT_TIMEOUT,
+        wait=settings.CONVEYOR_DEPLOYMENT_WAIT,
+        worktree_idle_threshold=settings.CONVEYOR_WORKTREE_IDLE_THRESHOLD,
+        worktree_warning_lead=settings.CONVEYOR_WORKTREE_WARNING_LEAD,
+        log_retention=settings.CONVEYOR_LOG_RETENTION,
+        approval_timeout=settings.CONVEYOR_APPROVAL_TIMEOUT,
+        dora_failure_window=settings.CONVEYOR_DORA_FAILURE_WINDOW,
     )
 
 
 def validate() -> None:
     """Fail loudly at start-up on a setting that cannot work."""
-    try:
-        conf = get()
-    except ValueError as exc:
-        raise ImproperlyConfigured(str(exc)) from None
+    conf = get()
     env.at_least("CONVEYOR_DEPLOYMENT_TIMEOUT", conf.deployment_timeout, timedelta(seconds=1))
     env.at_least("CONVEYOR_DEPLOYMENT_WAIT", conf.wait, timedelta(seconds=1))
     env.at_least("CONVEYOR_APPROVAL_TIMEOUT", conf.approval_timeout, timedelta(minutes=1))

@@ -50,7 +50,7 @@ def get() -> JobSettings:
     return JobSettings(
         lease_timeout=settings.CONVEYOR_JOB_LEASE_TIMEOUT,
         max_attempts=settings.CONVEYOR_JOB_MAX_ATTEMPTS,
-        retry_backoff_max=settings.CONVEYOR_RETRY_BACKOFF_MAX,
+        retry_backoff_max=int(settings.CONVEYOR_RETRY_BACKOFF_MAX.total_seconds()),
         sweeper_grace=settings.CONVEYOR_SWEEPER_GRACE,
         completed_retention=settings.CONVEYOR_PURGE_COMPLETED_RETENTION,
         dead_retention=settings.CONVEYOR_PURGE_DEAD_RETENTION,

@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from celery import Task
-from django.conf import settings
 from django.db import DatabaseError, InterfaceError, OperationalError, connection, transaction
 from django.utils import timezone
 
@@ -83,7 +82,7 @@ class JobTask(Task):
     autoretry_for = (Exception,)
     dont_autoretry_for = (Permanent, Snooze)
     retry_backoff = 2
-    retry_backoff_max = settings.CONVEYOR_RETRY_BACKOFF_MAX
+    retry_backoff_max = 0  # 0: CONVEYOR_RETRY_BACKOFF_MAX, read when a retry is decided
     retry_jitter = True
     max_retries = None  # the Job row counts attempts, not the message
     # Default attempt budget for jobs of this task (else CONVEYOR_JOB_MAX_ATTEMPTS).

@@ -12,10 +12,6 @@ from django.core.exceptions import ImproperlyConfigured
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
 _UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 MAX_DURATION_SECONDS = 10 * 365 * 86400
-# Every CONVEYOR_* name read through this module, so start-up can report the unknown ones.
-_declared: set[str] = set()
-# Variables that are not settings but that Conveyor reads from the environment on purpose.
-READ_ELSEWHERE = frozenset({"CONVEYOR_ADMIN_PASSWORD"})
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 
@@ -52,7 +48,6 @@ def at_least(name: str, value: timedelta, minimum: timedelta) -> None:
 
 def duration(name: str, default: str) -> timedelta:
     """Return the duration in environment variable ``name``, else ``default``."""
-    _declared.add(name)
     raw = os.environ.get(name, default)
     try:
         return parse_duration(raw)
@@ -62,21 +57,29 @@ def duration(name: str, default: str) -> timedelta:
 
 def boolean(name: str, default: bool) -> bool:
     """Return the boolean in environment variable ``name``, else ``default``."""
-    _declared.add(name)
     raw = os.environ.get(name)
     if raw is None or raw.strip() == "":
         return default
-    lowered = raw.strip().lower()
+    try:
+        return parse_boolean(raw)
+    except ValueError:
+        raise ImproperlyConfigured(
+            f"{name}: {raw!r} is not a boolean (use true or false)"
+        ) from None
+
+
+def parse_boolean(value: str) -> bool:
+    """Parse ``true``/``false`` (or 1/0, yes/no, on/off, any case)."""
+    lowered = str(value).strip().lower()
     if lowered in _TRUE:
         return True
     if lowered in _FALSE:
         return False
-    raise ImproperlyConfigured(f"{name}: {raw!r} is not a boolean (use true or false)")
+    raise ValueError(f"{value!r} is not a boolean")
 
 
 def integer(name: str, default: int, *, minimum: int = 0, maximum: int | None = None) -> int:
     """Return the integer in environment variable ``name``, else ``default``."""
-    _declared.add(name)
     raw = os.environ.get(name)
     if raw is None or raw.strip() == "":
         return default
@@ -93,7 +96,6 @@ def integer(name: str, default: int, *, minimum: int = 0, maximum: int | None = 
 
 def counts_by_name(name: str) -> dict[str, int]:
     """Return ``{key: N}`` from environment variable ``name`` as ``key=N,key=N`` (N ≥ 1)."""
-    _declared.add(name)
     raw = os.environ.get(name, "")
     found: dict[str, int] = {}
     for entry in (part.strip() for part in raw.split(",")):
@@ -110,20 +112,12 @@ def counts_by_name(name: str) -> dict[str, int]:
 
 def string(name: str, default: str = "") -> str:
     """Return environment variable ``name``, else ``default``."""
-    _declared.add(name)
     return os.environ.get(name, default)
 
 
 def choice(name: str, default: str, choices: tuple[str, ...]) -> str:
     """Return environment variable ``name`` (case-insensitive) if it is one of ``choices``."""
-    _declared.add(name)
     raw = os.environ.get(name, default).strip().upper()
     if raw not in choices:
         raise ImproperlyConfigured(f"{name}: {raw!r} is not one of {', '.join(choices)}")
     return raw
-
-
-def unknown_variables(environ: dict[str, str], also_known: set[str] = frozenset()) -> list[str]:
-    """Return the ``CONVEYOR_*`` names in ``environ`` that no setting reads (typos, leftovers)."""
-    known = _declared | READ_ELSEWHERE | set(also_known)
-    return sorted(n for n in environ if n.startswith("CONVEYOR_") and n not in known)

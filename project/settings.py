@@ -12,10 +12,14 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.csp import CSP
 
-from project import env, secretfiles
+from project import env, secretfiles, settings_registry
 
 BASE_DIR = Path(__file__).resolve().parent.parent
-VAR_DIR = Path(env.string("CONVEYOR_VAR_DIR", str(BASE_DIR / "var"))).resolve()
+# Every CONVEYOR_* setting, declared once in project/settings_registry.py, becomes a Django
+# setting of the same name here; nothing else reads a CONVEYOR_* variable.
+_CONVEYOR = settings_registry.load(BASE_DIR)
+globals().update(_CONVEYOR)
+VAR_DIR = _CONVEYOR["CONVEYOR_VAR_DIR"]
 # var/ holds the secret key, the embedded database and repository clones: owner only (0700);
 # an older install's looser mode is tightened here and logged once by project.startup.
 secretfiles.private_dir(VAR_DIR)
@@ -190,7 +194,7 @@ else:
     }
 CELERY_RESULT_BACKEND = "django-db"
 CELERY_RESULT_EXTENDED = True
-CELERY_RESULT_EXPIRES = env.duration("CONVEYOR_RESULT_RETENTION", "7d")
+CELERY_RESULT_EXPIRES = _CONVEYOR["CONVEYOR_RESULT_RETENTION"]
 CELERY_BROKER_CONNECTION_TIMEOUT = 3
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TIMEZONE = "UTC"
@@ -208,9 +212,6 @@ CELERY_WORKER_SEND_TASK_EVENTS = False
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 
-# The longest retry delay any job waits (exponential backoff is capped here), in seconds.
-CONVEYOR_RETRY_BACKOFF_MAX = 900
-
 # --- Django's built-in tasks framework runs on Conveyor's job engine ----------------------
 # Django's built-in tasks run as Conveyor jobs (docs/jobs.md). A queue named here is consumed
 # by the ``worker`` process without further flags.
@@ -222,97 +223,27 @@ TASKS = {
     }
 }
 
-# --- Conveyor ---------------------------------------------------------------------------
-CONVEYOR_JOB_LEASE_TIMEOUT = env.duration("CONVEYOR_JOB_LEASE_TIMEOUT", "5m")
-CONVEYOR_JOB_MAX_ATTEMPTS = env.integer("CONVEYOR_JOB_MAX_ATTEMPTS", 5, minimum=1)
-# Job ids per broker message when many jobs of one task are published at once (enqueue_many,
-# webhook fan-out, the sweeper); 1 turns batching off.
-CONVEYOR_BATCH_SIZE = env.integer("CONVEYOR_BATCH_SIZE", 25, minimum=1, maximum=500)
-# The most jobs of a queue running at once across every worker and host: ``name=N,name=N``
-# (jobs.queues); a queue not named has no limit but its workers' own concurrency.
-CONVEYOR_QUEUE_CONCURRENCY = env.counts_by_name("CONVEYOR_QUEUE_CONCURRENCY")
-# On SIGTERM, how long running jobs may finish before the worker hands them back (jobs.shutdown).
-CONVEYOR_SHUTDOWN_GRACE = env.duration("CONVEYOR_SHUTDOWN_GRACE", "30s")
-# Log one ``job.succeeded`` line per successful job (off: the success path stays quiet).
-CONVEYOR_JOB_LOG_SUCCESS = env.boolean("CONVEYOR_JOB_LOG_SUCCESS", False)
-# How often each worker writes its WorkerHeartbeat row (jobs.heartbeat); 3 missed = gone.
-CONVEYOR_WORKER_HEARTBEAT = env.duration("CONVEYOR_WORKER_HEARTBEAT", "5s")
-# /metrics without a token: comma-separated addresses or networks (e.g. 10.0.0.0/8).
-CONVEYOR_METRICS_ALLOW = env.string("CONVEYOR_METRICS_ALLOW", "")
-CONVEYOR_REAPER_INTERVAL = env.duration("CONVEYOR_REAPER_INTERVAL", "1m")
-CONVEYOR_SWEEPER_INTERVAL = env.duration("CONVEYOR_SWEEPER_INTERVAL", "1m")
-# How often the account_jobs runner folds job count deltas and refreshes the minute rollup.
-CONVEYOR_ACCOUNTING_INTERVAL = env.duration("CONVEYOR_ACCOUNTING_INTERVAL", "5s")
-CONVEYOR_SWEEPER_GRACE = env.duration("CONVEYOR_SWEEPER_GRACE", "1m")
-CONVEYOR_PURGE_INTERVAL = env.duration("CONVEYOR_PURGE_INTERVAL", "1h")
-CONVEYOR_PURGE_COMPLETED_RETENTION = env.duration("CONVEYOR_PURGE_COMPLETED_RETENTION", "7d")
-CONVEYOR_PURGE_DEAD_RETENTION = env.duration("CONVEYOR_PURGE_DEAD_RETENTION", "30d")
-# Maintenance run records (jobs.MaintenanceRun) older than this go; each runner's latest stays.
-CONVEYOR_MAINTENANCE_RETENTION = env.duration("CONVEYOR_MAINTENANCE_RETENTION", "7d")
-CONVEYOR_WORKSPACE_FETCH_INTERVAL = env.duration("CONVEYOR_WORKSPACE_FETCH_INTERVAL", "5m")
-# How often beat ends deployments whose approval timed out (CONVEYOR_APPROVAL_TIMEOUT).
-CONVEYOR_APPROVAL_EXPIRY_INTERVAL = env.duration("CONVEYOR_APPROVAL_EXPIRY_INTERVAL", "1m")
-CONVEYOR_WORKTREE_PRUNE_INTERVAL = env.duration("CONVEYOR_WORKTREE_PRUNE_INTERVAL", "24h")
-CONVEYOR_WORKTREE_IDLE_THRESHOLD = env.duration("CONVEYOR_WORKTREE_IDLE_THRESHOLD", "30d")
-CONVEYOR_WORKTREE_WARNING_LEAD = env.duration("CONVEYOR_WORKTREE_WARNING_LEAD", "72h")
-CONVEYOR_LOG_RETENTION = env.duration("CONVEYOR_LOG_RETENTION", "90d")
-CONVEYOR_WEBHOOKS_ENABLED = env.boolean("CONVEYOR_WEBHOOKS_ENABLED", True)
-CONVEYOR_WEBHOOK_TIMEOUT = env.duration("CONVEYOR_WEBHOOK_TIMEOUT", "10s")
-CONVEYOR_WEBHOOK_MAX_ATTEMPTS = env.integer("CONVEYOR_WEBHOOK_MAX_ATTEMPTS", 6, minimum=1)
-CONVEYOR_WEBHOOK_DISABLE_AFTER = env.integer("CONVEYOR_WEBHOOK_DISABLE_AFTER", 10, minimum=1)
-CONVEYOR_WEBHOOKS_ALLOW_PRIVATE = env.boolean("CONVEYOR_WEBHOOKS_ALLOW_PRIVATE", False)
-# Comma-separated CIDRs a webhook may reach even when they are private (e.g. 10.1.0.0/16).
-CONVEYOR_WEBHOOKS_ALLOWED_NETWORKS = env.string("CONVEYOR_WEBHOOKS_ALLOWED_NETWORKS", "")
-# Delivery retries: Celery backoff factor and cap (full jitter), and the cap on Retry-After.
-CONVEYOR_WEBHOOK_BACKOFF = env.duration("CONVEYOR_WEBHOOK_BACKOFF", "30s")
-CONVEYOR_WEBHOOK_BACKOFF_MAX = env.duration("CONVEYOR_WEBHOOK_BACKOFF_MAX", "15m")
-CONVEYOR_WEBHOOK_RETRY_AFTER_MAX = env.duration("CONVEYOR_WEBHOOK_RETRY_AFTER_MAX", "15m")
-CONVEYOR_WEBHOOK_RETENTION = env.duration("CONVEYOR_WEBHOOK_RETENTION", "30d")
-# Threads of the ``webhooks`` worker (make run, docker-compose): deliveries wait on receivers.
-CONVEYOR_WEBHOOK_CONCURRENCY = env.integer("CONVEYOR_WEBHOOK_CONCURRENCY", 32, minimum=1)
-# Per endpoint, across every worker: the most deliveries in flight (so one slow receiver
-# cannot take every thread; default half the pool) and the most started per window (N/s,
-# N/m or N/h; empty: none).
-CONVEYOR_WEBHOOK_ENDPOINT_CONCURRENCY = env.integer(
-    "CONVEYOR_WEBHOOK_ENDPOINT_CONCURRENCY", max(1, CONVEYOR_WEBHOOK_CONCURRENCY // 2), minimum=1
-)
-CONVEYOR_WEBHOOK_ENDPOINT_RATE = env.string("CONVEYOR_WEBHOOK_ENDPOINT_RATE", "")
-CONVEYOR_WORKSPACES_DIR = Path(env.string("CONVEYOR_WORKSPACES_DIR", str(VAR_DIR / "workspaces")))
-
-# --- Security (docs/operations.md "Security") -----------------------------------------------
-# true behind a TLS-terminating proxy that sets X-Forwarded-Proto: secure cookies, HSTS.
-CONVEYOR_HTTPS = env.boolean("CONVEYOR_HTTPS", False)
-CONVEYOR_HSTS_MAX_AGE = env.duration("CONVEYOR_HSTS_MAX_AGE", "365d")
-# Failed admin logins (per username and address) and failed API tokens (per address; a valid
-# token is never refused) lock out for CONVEYOR_AUTH_LOCKOUT after the last one
-# (project/throttling.py).
-CONVEYOR_AUTH_FAILURE_LIMIT = env.integer("CONVEYOR_AUTH_FAILURE_LIMIT", 10, minimum=1)
-CONVEYOR_AUTH_LOCKOUT = env.duration("CONVEYOR_AUTH_LOCKOUT", "15m")
-# Trusted reverse proxies in front of the web processes (the client is in X-Forwarded-For).
-CONVEYOR_PROXY_COUNT = env.integer("CONVEYOR_PROXY_COUNT", 0)
-
+# --- Security (docs/operations.md "Security"; the settings in project/settings_registry.py) --
 AXES_HANDLER = "project.throttling.SerializedDatabaseHandler"
-AXES_FAILURE_LIMIT = CONVEYOR_AUTH_FAILURE_LIMIT
-AXES_COOLOFF_TIME = CONVEYOR_AUTH_LOCKOUT
+AXES_FAILURE_LIMIT = _CONVEYOR["CONVEYOR_AUTH_FAILURE_LIMIT"]
+AXES_COOLOFF_TIME = _CONVEYOR["CONVEYOR_AUTH_LOCKOUT"]
 AXES_LOCKOUT_PARAMETERS = "project.throttling.lockout_parameters"
 AXES_CLIENT_IP_CALLABLE = "project.throttling.client_address"
 AXES_LOCKOUT_CALLABLE = "project.throttling.lockout_response"
 # An attempt refused while locked out is not recorded, so it never extends the lock.
 AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
 
-if CONVEYOR_HTTPS:
+if _CONVEYOR["CONVEYOR_HTTPS"]:
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
     SECURE_SSL_REDIRECT = True
     SECURE_REDIRECT_EXEMPT = [r"^healthz$"]  # probes speak plain HTTP to the process
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True
-    SECURE_HSTS_SECONDS = int(CONVEYOR_HSTS_MAX_AGE.total_seconds())
+    SECURE_HSTS_SECONDS = int(_CONVEYOR["CONVEYOR_HSTS_MAX_AGE"].total_seconds())
     SECURE_HSTS_INCLUDE_SUBDOMAINS = False  # other hosts of the domain may not speak HTTPS
 
 # --- Logging: one JSON object per line on stdout -----------------------------------------
-LOG_LEVEL = env.choice(
-    "CONVEYOR_LOG_LEVEL", "INFO", ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
-)
+LOG_LEVEL = _CONVEYOR["CONVEYOR_LOG_LEVEL"]
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
@@ -338,37 +269,49 @@ LOGGING = {
 # --- Periodic maintenance, installed into django-celery-beat by `setup_periodic_tasks` ----
 # (name, Celery task, interval). Beat's DatabaseScheduler reads them from the database.
 CONVEYOR_PERIODIC_TASKS = [
-    ("conveyor: reap expired job leases", "maintenance.reap_jobs", CONVEYOR_REAPER_INTERVAL),
-    ("conveyor: sweep unclaimed jobs", "maintenance.sweep_jobs", CONVEYOR_SWEEPER_INTERVAL),
+    (
+        "conveyor: reap expired job leases",
+        "maintenance.reap_jobs",
+        _CONVEYOR["CONVEYOR_REAPER_INTERVAL"],
+    ),
+    (
+        "conveyor: sweep unclaimed jobs",
+        "maintenance.sweep_jobs",
+        _CONVEYOR["CONVEYOR_SWEEPER_INTERVAL"],
+    ),
     (
         "conveyor: fold job counts and refresh job statistics",
         "maintenance.account_jobs",
-        CONVEYOR_ACCOUNTING_INTERVAL,
+        _CONVEYOR["CONVEYOR_ACCOUNTING_INTERVAL"],
     ),
-    ("conveyor: purge finished jobs", "maintenance.purge_jobs", CONVEYOR_PURGE_INTERVAL),
+    (
+        "conveyor: purge finished jobs",
+        "maintenance.purge_jobs",
+        _CONVEYOR["CONVEYOR_PURGE_INTERVAL"],
+    ),
     (
         "conveyor: fetch git workspaces",
         "maintenance.fetch_workspaces",
-        CONVEYOR_WORKSPACE_FETCH_INTERVAL,
+        _CONVEYOR["CONVEYOR_WORKSPACE_FETCH_INTERVAL"],
     ),
     (
         "conveyor: prune idle worktrees",
         "maintenance.prune_worktrees",
-        CONVEYOR_WORKTREE_PRUNE_INTERVAL,
+        _CONVEYOR["CONVEYOR_WORKTREE_PRUNE_INTERVAL"],
     ),
     (
         "conveyor: purge old deployment logs",
         "maintenance.purge_deployment_logs",
-        CONVEYOR_PURGE_INTERVAL,
+        _CONVEYOR["CONVEYOR_PURGE_INTERVAL"],
     ),
     (
         "conveyor: expire deployment approvals",
         "maintenance.expire_approvals",
-        CONVEYOR_APPROVAL_EXPIRY_INTERVAL,
+        _CONVEYOR["CONVEYOR_APPROVAL_EXPIRY_INTERVAL"],
     ),
     (
         "conveyor: purge old webhook deliveries",
         "maintenance.purge_webhooks",
-        CONVEYOR_PURGE_INTERVAL,
+        _CONVEYOR["CONVEYOR_PURGE_INTERVAL"],
     ),
 ]

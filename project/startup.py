@@ -79,12 +79,9 @@ def report_tightened_modes() -> list[str]:
 
 def report_unknown_variables() -> list[str]:
     """Log one warning naming the ``CONVEYOR_*`` variables that no setting reads."""
-    from django.conf import settings
+    from project.settings_registry import unknown_variables
 
-    from project import env
-
-    declared = {name for name in dir(settings) if name.startswith("CONVEYOR_")}
-    unknown = env.unknown_variables(dict(os.environ), declared)
+    unknown = unknown_variables(dict(os.environ))
     if unknown:
         logger.warning(
             "settings.unknown_variables",

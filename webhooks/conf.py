@@ -112,7 +112,7 @@ def validate() -> None:
         raise ImproperlyConfigured("CONVEYOR_WEBHOOK_BACKOFF must be at least 1s")
     at_least("CONVEYOR_WEBHOOK_RETENTION", conf.retention, MIN_RETENTION)
     # Principle 4: a delay held by a worker must stay below the broker's redelivery horizon.
-    ceiling = settings.CONVEYOR_RETRY_BACKOFF_MAX
+    ceiling = int(settings.CONVEYOR_RETRY_BACKOFF_MAX.total_seconds())
     for name, value in (
         ("CONVEYOR_WEBHOOK_BACKOFF_MAX", conf.backoff_max),
         ("CONVEYOR_WEBHOOK_RETRY_AFTER_MAX", conf.retry_after_max),

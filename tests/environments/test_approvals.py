@@ -121,7 +121,7 @@ def test_a_waiting_deployment_can_be_cancelled(shop, people):
 
 
 def test_approvals_expire_after_the_timeout_and_not_before(shop, people, settings):
-    settings.CONVEYOR_APPROVAL_TIMEOUT = "1h"
+    settings.CONVEYOR_APPROVAL_TIMEOUT = timedelta(hours=1)
     fresh = deployment_create(project=shop, ref="main", triggered_by="dave")
     stale = deployment_create(project=shop, ref="main", triggered_by="dave")
     late = deployment_create(project=shop, ref="main", triggered_by="dave")

@@ -102,7 +102,8 @@ def test_the_window_includes_its_start_and_excludes_its_end(make_project):
 def test_the_failure_window_setting_decides_whether_a_late_rollback_counts(make_project, settings):
     project = make_project("shop")
     history(project, T)
-    settings.CONVEYOR_DORA_FAILURE_WINDOW = "10d"  # now d6's rollback, nine days on, counts
+    # now d6's rollback, nine days on, counts
+    settings.CONVEYOR_DORA_FAILURE_WINDOW = timedelta(days=10)
     rate = metrics(project, 30)["change_failure_rate"]
     assert rate == {"changes": 6, "failed": 4, "rate": 0.6667}
 

@@ -15,7 +15,7 @@ from project import env, secretfiles
 
 def demo_admin_password() -> tuple[str, str]:
     """Return (password, where it came from): the env var, else one generated and kept in var/."""
-    configured = env.string("CONVEYOR_ADMIN_PASSWORD")
+    configured = settings.CONVEYOR_ADMIN_PASSWORD
     if configured:
         return configured, "CONVEYOR_ADMIN_PASSWORD"
     kept = settings.VAR_DIR / "admin-password"
