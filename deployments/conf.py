@@ -1,21 +1,7 @@
-"""The deployments app's settings, typed, with their defaults; validated at start-up.
+"""The deployments app's settings, typed; validated at start-up.
 
-Declared in project/settings_registry.py and read from Django settings at each call:
-
-``CONVEYOR_WORKSPACES_DIR``      where workspaces, worktrees and default workdirs live
-                                 (default ``var/workspaces``)
-``CONVEYOR_STOP_GRACE``          SIGTERM-to-SIGKILL grace when a step is stopped (10s)
-``CONVEYOR_DEPLOYMENT_TIMEOUT``  timeout of a project created without one (1h)
-``CONVEYOR_DEPLOYMENT_WAIT``     how long a deployment that must wait snoozes before it looks
-                                 again; the one before it wakes it earlier when it ends (5s)
-``CONVEYOR_WORKTREE_IDLE_THRESHOLD``  a worktree unused this long is pruned (30d)
-``CONVEYOR_WORKTREE_WARNING_LEAD``    ... after a ``worktree.prune_pending`` notice this early (72h)
-``CONVEYOR_LOG_RETENTION``       logs of deployments finished longer ago are deleted (90d)
-``CONVEYOR_APPROVAL_TIMEOUT``    a deployment still waiting for approval this long after its
-                                 creation ends ``cancelled/approval_expired`` (24h)
-``CONVEYOR_APPROVAL_EXPIRY_INTERVAL``  how often beat looks for expired approvals (1m)
-``CONVEYOR_DORA_FAILURE_WINDOW``  a successful deployment rolled back within this long
-                                 after it finished counts as a failed change (7d)
+Each is declared once, with its default and purpose, in project/settings_registry.py (listed
+in docs/configuration.md, Deployments) and read from Django settings at each call.
 """
 
 from dataclasses import dataclass

@@ -1,12 +1,8 @@
-"""The job engine's settings, typed, with their defaults; validated at start-up.
+"""The job engine's settings, typed; validated at start-up.
 
-Declared in project/settings.py from the environment; the lifecycle ones:
-
-``CONVEYOR_SHUTDOWN_GRACE``         (30s) on SIGTERM a worker lets running jobs finish this long
-                                    and then hands them back (jobs.shutdown)
-``CONVEYOR_MAINTENANCE_RETENTION``  (7d) maintenance run records kept this long (at least 1d)
-``CONVEYOR_QUEUE_CONCURRENCY``      (none) ``name=N,…``: the most jobs of a queue running at once
-                                    across every worker (jobs.statements enforces it)
+Each is declared once, with its default and purpose, in project/settings_registry.py (listed
+in docs/configuration.md, Job engine); ``get`` reads them once, and again after a change of
+settings (a worker asks for them on every job).
 """
 
 from dataclasses import dataclass

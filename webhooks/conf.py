@@ -1,24 +1,10 @@
-"""The webhooks app's settings, typed, with their defaults; validated at start-up.
+"""The webhooks app's settings, typed; validated at start-up.
 
-=====================================  =======  ==============================================
-Setting                                Default  Meaning
-=====================================  =======  ==============================================
-``CONVEYOR_WEBHOOKS_ENABLED``          true     false: notify() writes in-app notices only
-``CONVEYOR_WEBHOOK_TIMEOUT``           10s      connect and read timeout of one attempt
-``CONVEYOR_WEBHOOK_MAX_ATTEMPTS``      6        attempts per delivery job (first try + retries)
-``CONVEYOR_WEBHOOK_DISABLE_AFTER``     10       consecutive dead deliveries that disable it
-``CONVEYOR_WEBHOOKS_ALLOW_PRIVATE``    false    true: skip the SSRF address check entirely
-``CONVEYOR_WEBHOOKS_ALLOWED_NETWORKS`` (empty)  comma-separated CIDRs allowed although private
-``CONVEYOR_WEBHOOK_BACKOFF``           30s      retry n waits up to backoff × 2^(n-1) (jitter)
-``CONVEYOR_WEBHOOK_BACKOFF_MAX``       15m      cap on one backoff delay
-``CONVEYOR_WEBHOOK_RETRY_AFTER_MAX``   15m      cap on a receiver's ``Retry-After``
-``CONVEYOR_WEBHOOK_RETENTION``         30d      finished deliveries and old events kept this long
-``CONVEYOR_WEBHOOK_CONCURRENCY``       32       threads of the ``webhooks`` worker (its pool)
-``…_ENDPOINT_CONCURRENCY``             pool/2   deliveries in flight per endpoint, everywhere
-``…_ENDPOINT_RATE``                    (none)   deliveries started per endpoint (``50/s``)
-=====================================  =======  ==============================================
+Each ``CONVEYOR_WEBHOOK…`` setting is declared once, with its default and purpose, in
+project/settings_registry.py (listed in docs/configuration.md, Webhooks); ``get`` reads the
+ones in force, again after any change (``override_settings``), never fixed at import.
 
-(``…`` stands for ``CONVEYOR_WEBHOOK``.) The per-endpoint limits are a jobs.limits.Limit on
+The per-endpoint limits are a jobs.limits.Limit on
 the deliver task, keyed by the endpoint: a delivery held back waits without spending an
 attempt and starts as soon as its endpoint has room.
 """
@@ -26,11 +12,14 @@ attempt and starts as soon as its endpoint has room.
 import ipaddress
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import cache
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import setting_changed
+from django.dispatch import receiver
 
-from jobs.limits import parse_rate
+from jobs.limits import Limit, parse_rate
 from project.env import at_least
 
 # How long a rotated-out secret keeps signing deliveries next to the new one.
@@ -84,8 +73,9 @@ def _rate(name: str) -> str | None:
     return raw
 
 
+@cache
 def get() -> WebhookSettings:
-    """Return the settings in force (read each call so tests can override them)."""
+    """Return the settings in force (read once, and again after a change of settings)."""
     return WebhookSettings(
         enabled=settings.CONVEYOR_WEBHOOKS_ENABLED,
         timeout=settings.CONVEYOR_WEBHOOK_TIMEOUT.total_seconds(),
@@ -101,6 +91,24 @@ def get() -> WebhookSettings:
         endpoint_concurrency=settings.CONVEYOR_WEBHOOK_ENDPOINT_CONCURRENCY,
         endpoint_rate=_rate("CONVEYOR_WEBHOOK_ENDPOINT_RATE"),
     )
+
+
+@cache
+def delivery_limit() -> Limit:
+    """The deliver task's per-endpoint Limit under the settings in force."""
+    conf = get()
+    return Limit(
+        key=("endpoint_id",),
+        key_concurrency=conf.endpoint_concurrency,
+        key_rate=conf.endpoint_rate,
+    )
+
+
+@receiver(setting_changed)
+def _forget(**kwargs) -> None:
+    """Read them again after a change (override_settings in tests)."""
+    get.cache_clear()
+    delivery_limit.cache_clear()
 
 
 def validate() -> None:

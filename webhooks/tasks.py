@@ -22,31 +22,47 @@ from webhooks.dispatch import DELIVER_TASK
 from webhooks.maintenance.purge import purge_webhooks as purge
 from webhooks.models import AttemptOutcome
 
-_settings = conf.get()
-# A hung attempt is cut by the transport's own deadline (2 × timeout); these are backstops.
-SOFT_TIME_LIMIT = int(_settings.timeout * 3) + 15
-TIME_LIMIT = SOFT_TIME_LIMIT + 15
+
+class DeliveryTask(JobTask):
+    """The deliver task's options, read from the webhook settings in force when asked for.
+
+    A hung attempt is cut by the transport's own deadline (2 × timeout); the time limits are
+    backstops.
+    """
+
+    abstract = True
+    batch = False
+
+    @property
+    def retry_backoff(self) -> int:
+        return conf.get().backoff
+
+    @property
+    def retry_backoff_max(self) -> int:
+        return conf.get().backoff_max
+
+    @property
+    def job_max_attempts(self) -> int:
+        return conf.get().max_attempts
+
+    @property
+    def soft_time_limit(self) -> int:
+        return int(conf.get().timeout * 3) + 15
+
+    @property
+    def time_limit(self) -> int:
+        return self.soft_time_limit + 15
+
+    @property
+    def limit(self) -> Limit:
+        return conf.delivery_limit()
 
 
 class DeliveryFailed(RetryAfter):
     """A retryable failure: 408/425/429/5xx, no answer, a timeout or a DNS failure."""
 
 
-@shared_task(
-    base=JobTask,
-    name=DELIVER_TASK,
-    batch=False,
-    retry_backoff=_settings.backoff,
-    retry_backoff_max=_settings.backoff_max,
-    job_max_attempts=_settings.max_attempts,
-    soft_time_limit=SOFT_TIME_LIMIT,
-    time_limit=TIME_LIMIT,
-    limit=Limit(
-        key=("endpoint_id",),
-        key_concurrency=_settings.endpoint_concurrency,
-        key_rate=_settings.endpoint_rate,
-    ),
-)
+@shared_task(base=DeliveryTask, name=DELIVER_TASK)
 def deliver(ctx: JobContext):
     """Attempt the delivery ``payload["delivery_id"]`` once and act on the outcome."""
     result = delivery_attempt(int(ctx.payload["delivery_id"]), job=ctx.job)

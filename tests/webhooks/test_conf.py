@@ -41,3 +41,21 @@ def test_values_that_cannot_work_are_refused_at_start_up(settings, name, value):
     setattr(settings, name, value)
     with pytest.raises(ImproperlyConfigured, match=name):
         conf.validate()
+
+
+def test_the_deliver_task_reads_the_settings_in_force(settings):
+    """Nothing of the deliver task is fixed at import: a change of settings is what it uses."""
+    from jobs.limits import limit_of
+    from webhooks.tasks import deliver
+
+    settings.CONVEYOR_WEBHOOK_MAX_ATTEMPTS = 3
+    settings.CONVEYOR_WEBHOOK_TIMEOUT = timedelta(seconds=20)
+    settings.CONVEYOR_WEBHOOK_BACKOFF = timedelta(seconds=7)
+    settings.CONVEYOR_WEBHOOK_ENDPOINT_CONCURRENCY = 2
+    settings.CONVEYOR_WEBHOOK_ENDPOINT_RATE = "4/m"
+    assert (deliver.job_max_attempts, deliver.retry_backoff) == (3, 7)
+    assert (deliver.soft_time_limit, deliver.time_limit) == (75, 90)
+    limit = limit_of(deliver)
+    assert (limit.key, limit.key_concurrency, limit.key_rate) == (("endpoint_id",), 2, "4/m")
+    settings.CONVEYOR_WEBHOOK_ENDPOINT_CONCURRENCY = 5
+    assert limit_of(deliver).key_concurrency == 5
