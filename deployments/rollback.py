@@ -21,6 +21,7 @@ from deployments.errors import (
 from deployments.locks import lock_environment
 from deployments.models import Deployment, DeploymentStatus, Project
 from deployments.validation import clean_environment, clean_idempotency_key
+from project.constraints import violates
 
 S = DeploymentStatus
 
@@ -114,7 +115,9 @@ def deployment_rollback(
                     idempotency_key=idempotency_key,
                     request_fingerprint=fingerprint if idempotency_key else "",
                 )
-        except IntegrityError:
+        except IntegrityError as exc:
+            if not violates(exc, Deployment, "deployment_idempotency_unique"):
+                raise
             existing = services._replay(project, idempotency_key, fingerprint)
             if existing is None:
                 raise

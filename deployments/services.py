@@ -43,6 +43,7 @@ from deployments.validation import (
 )
 from jobs.models import AuditLog, Job
 from jobs.services import enqueue, job_snooze
+from project.constraints import violates
 
 S = DeploymentStatus
 RUN_TASK = "deployments.run"
@@ -110,7 +111,9 @@ def deployment_create(
                     idempotency_key=idempotency_key,
                     request_fingerprint=fingerprint if idempotency_key else "",
                 )
-        except IntegrityError:
+        except IntegrityError as exc:
+            if not violates(exc, Deployment, "deployment_idempotency_unique"):
+                raise
             # The same key was used at the same moment for another environment.
             existing = _replay(project, idempotency_key, fingerprint)
             if existing is None:

@@ -21,6 +21,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from jobs.models import ApiToken, IdempotencyKey
+from project.constraints import violates
 
 KEY_RETENTION = timedelta(hours=24)
 # An in-flight record older than this belongs to a request that died; it may be taken over.
@@ -88,7 +89,9 @@ def _reserve(*, token: ApiToken, key: str, path: str, digest: str) -> Idempotenc
                 return IdempotencyKey.objects.create(
                     token=token, key=key, path=path, fingerprint=digest
                 )
-        except IntegrityError:
+        except IntegrityError as exc:
+            if not violates(exc, IdempotencyKey, "idempotency_key_unique"):
+                raise
             existing = IdempotencyKey.objects.filter(token=token, key=key, path=path).first()
         if existing is None:
             continue  # deleted meanwhile: try the insert again

@@ -22,6 +22,7 @@ from django.db import IntegrityError, connection
 from django.db.models.sql import Query
 
 from jobs.models import UNIQUE_CONSTRAINT, UNIQUE_LIVE, Job, JobStatus
+from project.constraints import violates
 
 S = JobStatus
 DEFAULT_STATES = frozenset({S.QUEUED, S.RUNNING, S.RETRYING, S.SUCCEEDED})
@@ -183,7 +184,4 @@ def _index_condition(vendor: str) -> str:
 
 def is_unique_violation(exc: IntegrityError) -> bool:
     """Whether ``exc`` is a collision on the unique-jobs index (and not another constraint)."""
-    diag = getattr(exc.__cause__, "diag", None)
-    if diag is not None:
-        return diag.constraint_name == UNIQUE_CONSTRAINT
-    return "jobs_job.unique_key" in str(exc) or UNIQUE_CONSTRAINT in str(exc)
+    return violates(exc, Job, UNIQUE_CONSTRAINT)

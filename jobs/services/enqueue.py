@@ -11,6 +11,7 @@ from jobs.models import Job
 from jobs.publish import publish_on_commit
 from jobs.services.base import log_job, logger
 from jobs.unique import Unique, check_rule, insert, stamp
+from project.constraints import violates
 
 # Django's range for django.tasks priorities; higher runs first (jobs.statements' claim).
 MIN_PRIORITY, MAX_PRIORITY = -100, 100
@@ -160,7 +161,9 @@ def enqueue(
             try:
                 with transaction.atomic():
                     job = _save(job, rule)
-            except IntegrityError:
+            except IntegrityError as exc:
+                if not violates(exc, Job, "job_idempotency_key_unique"):
+                    raise
                 # A concurrent caller inserted the same key first; theirs is the job.
                 existing = Job.objects.get(idempotency_key=idempotency_key)
         if existing is not None:
