@@ -12,7 +12,9 @@ own ``deployments.run``, webhooks own ``webhooks.deliver``) registers, per task 
   the job that now does the work — or, when what the retry created has no job yet (a
   deployment waiting for approval), the ``OwnerInfo`` of what it created;
 * ``failed_job_ids()`` — a queryset of ids of jobs whose owner failed, however the job
-  itself ended (a deployment's job succeeds even when the deployment fails).
+  itself ended (a deployment's job succeeds even when the deployment fails);
+* ``dead_notice_topic`` — the topic of the staff notice its dead jobs send (a webhook
+  delivery's is ``webhook.dead_letter``; ``job.dead`` otherwise).
 
 ``job_retry`` and ``job_cancel`` here are what operators' edges (admin, API) call: through
 the owner when there is one, the plain engine services otherwise. The owners themselves
@@ -54,6 +56,8 @@ class Owner:
     failed_job_ids: Callable[[], QuerySet]
     # Shown on the Jobs page next to the buttons, e.g. "Retry creates a new deployment".
     notes: dict[str, str] = field(default_factory=dict)
+    # The topic of the staff notice a dead job of the owner's task sends.
+    dead_notice_topic: str = "job.dead"
 
 
 _OWNERS: dict[str, Owner] = {}

@@ -8,8 +8,10 @@ stalls a web request for long.
 import logging
 from collections import defaultdict
 from collections.abc import Iterable
+from functools import cache
 
 from django.utils import timezone
+from kombu.exceptions import KombuError
 
 from jobs import conf
 from jobs.models import Job
@@ -68,6 +70,7 @@ def publish(jobs: Iterable[Job]) -> int:
     from project.celery import app
 
     sent = 0
+    broker_errors = _broker_errors(app)
     try:
         with app.producer_or_acquire() as producer:
             for task, queue, ids, countdown in messages(jobs):
@@ -81,9 +84,19 @@ def publish(jobs: Iterable[Job]) -> int:
                     retry_policy=PUBLISH_RETRY_POLICY,
                 )
                 sent += len(ids) if isinstance(ids, list) else 1
-    except Exception as exc:  # the sweeper re-sends whatever did not go out
+    except broker_errors as exc:  # the sweeper re-sends whatever did not go out
         logger.warning("job.publish_failed", extra={"error": repr(exc), "published": sent})
     return sent
+
+
+@cache
+def _broker_errors(app) -> tuple[type[BaseException], ...]:
+    """What a broker that is away or refusing raises, for this transport (kombu's own lists).
+
+    Anything else a publish raises is a bug and propagates.
+    """
+    with app.connection_for_write() as connection:
+        return (KombuError, OSError, *connection.connection_errors, *connection.channel_errors)
 
 
 def publish_on_commit(jobs: list[Job]) -> None:

@@ -77,6 +77,7 @@ OWNER = owners.Owner(
         "retry": "Retry replays the delivery: a new job sends the same event (same webhook-id).",
         "cancel": "Cancel also ends the delivery (dead, cancelled by you).",
     },
+    dead_notice_topic="webhook.dead_letter",
 )
 
 

@@ -73,5 +73,8 @@ def notify_staff(*, topic: str, title: str, body: str = "", data: dict | None = 
 
 
 def notice_topic(job: Job) -> str:
-    """Name the in-app notice for a dead job: ``webhook.dead_letter`` or ``job.dead``."""
-    return "webhook.dead_letter" if job.task.startswith("webhooks.") else "job.dead"
+    """Name the in-app notice for a dead job: its owner's topic, else ``job.dead``."""
+    from jobs.owners import owner_of  # the owners call these services: import when asked
+
+    owner = owner_of(job.task)
+    return owner.dead_notice_topic if owner is not None else "job.dead"
