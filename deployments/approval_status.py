@@ -43,6 +43,20 @@ class ApprovalStatus:
     def missing(self) -> int:
         return max(0, self.required - self.approved)
 
+    @property
+    def waited(self) -> str:
+        return duration_text(self.waited_seconds)
+
+
+def duration_text(seconds: float) -> str:
+    """Say how long, to the second under a minute: ``42 s``, ``7 min``, ``3 h 05 min``."""
+    seconds = max(0, int(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min"
+    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
+
 
 def approval_status(deployment: Deployment, *, user, now=None) -> ApprovalStatus | None:
     """Return where ``deployment`` stands on approvals, or None unless it waits for them."""
@@ -90,4 +104,8 @@ def waiting_for_approval(now=None) -> list[dict]:
         .filter(status=DeploymentStatus.WAITING_APPROVAL)
         .order_by("created_at", "pk")[:DASHBOARD_ROWS]
     )
-    return [{"deployment": d, "waited": (now - d.created_at).total_seconds()} for d in found]
+    rows = []
+    for d in found:
+        waited = (now - d.created_at).total_seconds()
+        rows.append({"deployment": d, "waited": waited, "waited_text": duration_text(waited)})
+    return rows
