@@ -8,14 +8,16 @@ from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
 from django.http import JsonResponse
 from django.shortcuts import get_object_or_404, redirect
-from django.urls import path
+from django.urls import path, reverse
 
 from deployments import selectors, services, timeline
 from deployments.admin_environments import ApprovalAdminMixin
+from deployments.approval_status import approval_status
 from deployments.errors import DeploymentError
 from deployments.models import (
     FINISHED,
     Deployment,
+    DeploymentStatus,
     Pipeline,
     Project,
     Step,
@@ -35,6 +37,9 @@ LOG_PAGE_BYTES = 256 * 1024
 # How many links of the retry_of chain the page follows back.
 CHAIN_LIMIT = 20
 REFRESH_SECONDS = 2
+# A page waiting for approval has no log to follow; it only checks, this often, whether
+# somebody else decided.
+STATUS_CHECK_SECONDS = 10
 
 
 class PipelineInline(admin.TabularInline):
@@ -115,7 +120,7 @@ class DeploymentAdmin(ApprovalAdminMixin, ConveyorModelAdmin):
     list_select_related = ("project",)
     actions = ("cancel_deployments", "retry_deployments", *ApprovalAdminMixin.approval_actions)
     change_form_template = "admin/deployments/deployment/change_form.html"
-    readonly_fields = (*(f.name for f in Deployment._meta.concrete_fields), "approval_panel")
+    readonly_fields = tuple(f.name for f in Deployment._meta.concrete_fields)
     fieldsets = (
         (
             "Details",
@@ -130,7 +135,6 @@ class DeploymentAdmin(ApprovalAdminMixin, ConveyorModelAdmin):
                 ),
             },
         ),
-        ("Approval", {"fields": ("approval_panel",)}),
     )
 
     def has_add_permission(self, request) -> bool:
@@ -177,7 +181,12 @@ class DeploymentAdmin(ApprovalAdminMixin, ConveyorModelAdmin):
             "title": f"{deployment.project.slug} / {deployment.environment} @ {deployment.ref}",
             "deployment": deployment,
             "finished": deployment.status in FINISHED,
+            "live_state": _live_state(deployment),
             "refresh_seconds": REFRESH_SECONDS,
+            "status_check_seconds": STATUS_CHECK_SECONDS,
+            "approval": approval_status(deployment, user=request.user),
+            "approve_url": reverse("admin:deployments_deployment_approve", args=[deployment.pk]),
+            "reject_url": reverse("admin:deployments_deployment_reject", args=[deployment.pk]),
             "can_retry": deployment.status in FINISHED and self.has_retry_permission(request),
             "can_cancel": deployment.status not in FINISHED and self.has_cancel_permission(request),
             "step_runs": _step_runs(deployment),
@@ -295,6 +304,13 @@ class DeploymentAdmin(ApprovalAdminMixin, ConveyorModelAdmin):
             self.message_user(request, f"{succeeded} deployment(s) {done}.", messages.SUCCESS)
         if refused:
             self.message_user(request, "Refused: " + "; ".join(refused), messages.WARNING)
+
+
+def _live_state(deployment: Deployment) -> str:
+    """Say what the page's script follows: "finished", "waiting" (for approval) or "live"."""
+    if deployment.status in FINISHED:
+        return "finished"
+    return "waiting" if deployment.status == DeploymentStatus.WAITING_APPROVAL else "live"
 
 
 def _step_runs(deployment: Deployment) -> list[StepRun]:

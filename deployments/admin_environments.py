@@ -14,8 +14,8 @@ from django.utils.html import format_html, format_html_join
 
 from deployments import approvals, dora, history, rollback, selectors
 from deployments.environments import APPROVE_PERMISSION, Approver
-from deployments.errors import DeploymentError
-from deployments.models import Deployment, DeploymentStatus, Environment
+from deployments.errors import ApprovalRefused, DeploymentError
+from deployments.models import Deployment, Environment
 from project.admin_base import ConveyorModelAdmin
 
 HISTORY_ROWS = 50
@@ -27,7 +27,12 @@ def _approver(request: HttpRequest) -> Approver:
 
 
 class ApprovalAdminMixin:
-    """Approve/Reject on a deployment's page and as list actions (permission-checked)."""
+    """Approve/Reject on a deployment's page and as list actions (permission-checked).
+
+    The page's approval panel (its change_form template) posts ``approval_comment`` here.
+    A user without the permission, or whom the environment's rules do not let decide on
+    this deployment, gets 403 and nothing is recorded.
+    """
 
     approval_actions = ("approve_deployments", "reject_deployments")
 
@@ -68,34 +73,12 @@ class ApprovalAdminMixin:
                 comment=request.POST.get("approval_comment", ""),
             )
             self.message_user(request, f"Deployment {deployment.pk} {done}.", messages.SUCCESS)
+        except ApprovalRefused as exc:
+            raise PermissionDenied(str(exc)) from exc
         except DeploymentError as exc:
             self.message_user(request, f"Refused: {exc}", messages.WARNING)
         return HttpResponseRedirect(
             reverse("admin:deployments_deployment_change", args=[deployment.pk])
-        )
-
-    @admin.display(description="approvals")
-    def approval_panel(self, deployment: Deployment) -> str:
-        rows = format_html_join(
-            "",
-            "<li>{} by {} at {}{}</li>",
-            (
-                (a.decision, a.approver, a.at.strftime("%Y-%m-%d %H:%M:%S"), _comment(a.comment))
-                for a in deployment.approvals.all()
-            ),
-        )
-        listed = format_html("<ul>{}</ul>", rows) if rows else "no decisions yet"
-        if deployment.status != DeploymentStatus.WAITING_APPROVAL:
-            return listed
-        # formaction: the buttons post the change form (and its CSRF token) to our views.
-        return format_html(
-            '{}<p><input name="approval_comment" placeholder="comment (optional)" size="40"> '
-            '<button type="submit" formaction="{}" formmethod="post" class="button">Approve'
-            '</button> <button type="submit" formaction="{}" formmethod="post" class="button">'
-            "Reject</button></p>",
-            listed,
-            reverse("admin:deployments_deployment_approve", args=[deployment.pk]),
-            reverse("admin:deployments_deployment_reject", args=[deployment.pk]),
         )
 
     @admin.action(description="Approve selected deployments", permissions=["approve"])
@@ -115,10 +98,6 @@ class ApprovalAdminMixin:
             "rejected",
             lambda d: approvals.deployment_reject(deployment_id=d.pk, approver=_approver(request)),
         )
-
-
-def _comment(comment: str) -> str:
-    return f" — {comment}" if comment else ""
 
 
 @admin.register(Environment)

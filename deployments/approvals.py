@@ -29,6 +29,7 @@ from deployments.models import (
     Approval,
     ApprovalDecision,
     Deployment,
+    DeploymentEvent,
     DeploymentStatus,
     FailureReason,
 )
@@ -137,6 +138,12 @@ def _release(deployment: Deployment, rules, *, approvals: int) -> Deployment:
     gate = environments.Gate(rules=rules, status=S.PENDING, overridden=None)
     enqueue_run(pending, run_after=gate.run_after(pending.created_at))
     policy.on_create(pending, pending.project.concurrency_policy)
+    DeploymentEvent.objects.create(
+        deployment=pending,
+        kind=DeploymentEvent.RELEASED,
+        at=timezone.now(),
+        details={"approvals": approvals, "required": rules.required_approvals},
+    )
     log_deployment("deployment.approved", pending, approvals=approvals, job_id=pending.job_id)
     return pending
 

@@ -4,9 +4,10 @@ Sources, none of them written for the timeline except ``DeploymentEvent``:
 
 * the deployment's own timestamps — created (by whom), claimed (by which worker), cancel
   requested, finished (with its reason);
-* ``DeploymentEvent`` — waiting for the environment, behind which deployment;
-* the AuditLog — who approved, rejected, cancelled or retried it, and freeze overrides
-  (each names the person and the token: ``alice via token:ci``);
+* ``DeploymentEvent`` — waiting for the environment, behind which deployment; released
+  (approved enough, from waiting for approval to pending);
+* the AuditLog — who approved or rejected it (with their comment), who cancelled or retried
+  it, and freeze overrides (each names the person and the token: ``alice via token:ci``);
 * its step runs — each step's start, exit code and duration;
 * its job — each attempt's end (worker, outcome, reason);
 * its webhook events, every delivery attempt of them (endpoint, status code, latency) and the
@@ -35,6 +36,7 @@ KINDS = (
     "waiting",
     "approved",
     "rejected",
+    "released",
     "freeze_override",
     "claimed",
     "step_started",
@@ -81,17 +83,7 @@ def deployment_timeline(deployment: Deployment, *, show_webhook_urls: bool = Fal
         )
     ]
     for event in DeploymentEvent.objects.filter(deployment=d)[:LIMIT_PER_SOURCE]:
-        behind = event.details.get("behind")
-        entries.append(
-            _entry(
-                event.at,
-                event.kind,
-                f"waiting for {d.environment} behind deployment #{behind}"
-                if behind
-                else f"waiting for {d.environment}",
-                behind=behind,
-            )
-        )
+        entries.append(_event(d, event))
     if d.started_at:
         entries.append(
             _entry(
@@ -132,6 +124,27 @@ def deployment_timeline(deployment: Deployment, *, show_webhook_urls: bool = Fal
     order = {kind: index for index, kind in enumerate(KINDS)}
     entries.sort(key=lambda e: (e["at"], order.get(e["kind"], 99)))
     return entries
+
+
+def _event(d: Deployment, event: DeploymentEvent) -> dict:
+    if event.kind == DeploymentEvent.RELEASED:
+        approvals = event.details.get("approvals")
+        return _entry(
+            event.at,
+            event.kind,
+            f"released with {approvals} approval{'s' if approvals != 1 else ''}: pending",
+            approvals=approvals,
+            required=event.details.get("required"),
+        )
+    behind = event.details.get("behind")
+    return _entry(
+        event.at,
+        event.kind,
+        f"waiting for {d.environment} behind deployment #{behind}"
+        if behind
+        else f"waiting for {d.environment}",
+        behind=behind,
+    )
 
 
 def _steps(d: Deployment) -> list[dict]:
@@ -178,13 +191,14 @@ def _audit(d: Deployment) -> list[dict]:
             )
         elif row.action in ("deployment.approved", "deployment.rejected"):
             kind = row.action.removeprefix("deployment.")
+            comment = row.details.get("comment") or None
             found.append(
                 _entry(
                     row.at,
                     kind,
-                    f"{kind} by {row.actor}",
+                    f"{kind} by {row.actor}" + (f": {comment}" if comment else ""),
                     actor=row.actor,
-                    comment=row.details.get("comment") or None,
+                    comment=comment,
                 )
             )
         elif row.action == "deployment.freeze_override":

@@ -22,6 +22,7 @@ REFRESH_SECONDS = 3
 # The parts of the dashboard its refresh re-renders (templates admin/console/dashboard/*.html,
 # each inside the element with id dashboard-<name>).
 DASHBOARD_PARTS = ("stamp", "queues", "tasks", "chart", "workers", "deployments", "maintenance")
+DASHBOARD_PARTS += ("approvals",)  # deployments waiting for approval
 QUEUE_FIGURES = ("queue", "queued", "running", "retrying", "dead_24h", "oldest_age", "broker_depth")
 
 

@@ -1,4 +1,5 @@
-"""What the operator's dashboard shows: queues, throughput, workers, deployments in flight.
+"""What the operator's dashboard shows: queues, throughput, workers, deployments in flight
+and waiting for approval.
 
 Every figure is read from the database (and the broker's own queue lengths) when the page is
 drawn, so every web process shows the same numbers; each comes with the admin list it counts.
@@ -13,6 +14,7 @@ from urllib.parse import urlencode
 from django.urls import reverse
 from django.utils import timezone
 
+from deployments.approval_status import waiting_for_approval
 from deployments.models import ACTIVE, Deployment, DeploymentStatus, StepRun, StepStatus
 from jobs import heartbeat, limits, task_states
 from jobs.accounting import counts, queues, stats
@@ -221,5 +223,6 @@ def dashboard(range_name: str = "1h") -> dict:
         "chart": throughput(range_name, now),
         "workers": worker_rows(now),
         "deployments": deployments_in_flight(now),
+        "waiting_approval": waiting_for_approval(now),
         "maintenance": maintenance_runs(),
     }

@@ -238,13 +238,14 @@ class LogChunk(models.Model):
 
 
 class DeploymentEvent(models.Model):
-    """A moment in a deployment's life that no other row records (e.g. waiting behind another).
+    """A moment in a deployment's life that no other row records (waiting behind another, released).
 
     The timeline (deployments.timeline) builds the rest from the deployment's own timestamps,
     its step runs, the AuditLog, its job and its webhook deliveries.
     """
 
     WAITING = "waiting"
+    RELEASED = "released"  # approved enough: moved from waiting_approval to pending
 
     deployment = models.ForeignKey(Deployment, on_delete=models.CASCADE, related_name="events")
     kind = models.CharField(max_length=32)

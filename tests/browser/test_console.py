@@ -22,7 +22,7 @@ from tests.webhooks.conftest import allow_private, receiver  # noqa: F401 - fixt
 from tests.webhooks.receiver import Reply
 from webhooks import services as webhooks
 from webhooks.dispatch import notify
-from webhooks.models import Delivery, DeliveryStatus
+from webhooks.models import Delivery, DeliveryAttempt, DeliveryStatus
 
 SCREENSHOTS = Path(os.environ.get("CONVEYOR_VAR_DIR", "var/test")) / "screenshots"
 HEARTBEAT = {"CONVEYOR_WORKER_HEARTBEAT": "1s"}
@@ -151,9 +151,16 @@ def test_a_slow_deployment_is_followed_live_and_cancelled_from_its_page(
         page, "document.querySelector('#deployment-status').textContent.trim() === 'cancelled'"
     )
     receiver.wait_for(1)
+    # A finished deployment's page stops refreshing: a delivery made after it shows on reload.
+    wait_until(
+        lambda: DeliveryAttempt.objects.filter(
+            delivery__event__type="deployment.cancelled"
+        ).exists(),
+        message="the delivery attempt to be recorded",
+    )
+    page.reload()
     page.wait_for_selector(
-        "#deployment-timeline tr[data-kind=delivery_attempt]:has-text('deployment.cancelled')",
-        timeout=30_000,
+        "#deployment-timeline tr[data-kind=delivery_attempt]:has-text('deployment.cancelled')"
     )
     timeline = page.locator("#deployment-timeline").inner_text()
     assert "created by ci-bot" in timeline

@@ -128,6 +128,7 @@ def test_the_dashboard_refresh_is_json_that_agrees_with_the_table(admin_user, jo
         "dashboard-chart",
         "dashboard-workers",
         "dashboard-deployments",
+        "dashboard-approvals",
         "dashboard-maintenance",
     }
     assert 'data-stat="queued"' in body["parts"]["dashboard-queues"]

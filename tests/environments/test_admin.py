@@ -5,6 +5,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
 from django.db.models import Q
 
+from deployments import timeline
 from deployments.models import Deployment, Environment
 from deployments.services import deployment_create
 from deployments.transitions import transition
@@ -81,3 +82,48 @@ def test_the_environment_page_shows_history_and_the_dora_table(admin_client, sho
     body = page.content.decode()
     assert page.status_code == 200 and "v1.2.3" in body
     assert "change failure rate" in body and "1 (0.0333/day)" in body  # 1 in 30 days
+
+
+def test_a_permitted_user_outside_the_approvers_sees_why_and_is_refused_with_403(client, shop):
+    Environment.objects.filter(project=shop).update(approver_users=["alice"])
+    deployment = deployment_create(project=shop, ref="main", triggered_by="ci")
+    page = f"/admin/deployments/deployment/{deployment.pk}/"
+    outsider = staff(client, "outsider", approver=True)
+    body = outsider.get(f"{page}change/").content.decode()
+    assert 'id="deployment-approval"' in body and "users alice" in body
+    assert 'id="approval-form"' not in body and "is not an approver" in body
+    assert outsider.post(f"{page}approve/", {"approval_comment": "me"}).status_code == 403
+    assert outsider.post(f"{page}reject/").status_code == 403
+    assert Deployment.objects.get(pk=deployment.pk).status == "waiting_approval"
+    assert not AuditLog.objects.filter(action__startswith="deployment.approv").exists()
+
+
+def test_the_timeline_shows_each_decision_with_its_comment_and_the_release(client, shop):
+    Environment.objects.filter(project=shop).update(required_approvals=2)
+    deployment = deployment_create(project=shop, ref="main", triggered_by="ci")
+    for name, comment in (("alice", "fine"), ("bob", "")):
+        staff(client, name, approver=True).post(
+            f"/admin/deployments/deployment/{deployment.pk}/approve/",
+            {"approval_comment": comment},
+        )
+    events = timeline.deployment_timeline(Deployment.objects.get(pk=deployment.pk))
+    decided = [
+        (e["kind"], e["summary"], e.get("comment"))
+        for e in events
+        if e["kind"] in ("approved", "released")
+    ]
+    assert decided == [
+        ("approved", "approved by alice: fine", "fine"),
+        ("approved", "approved by bob", None),
+        ("released", "released with 2 approvals: pending", None),
+    ]
+    released = next(e for e in events if e["kind"] == "released")
+    assert (released["approvals"], released["required"]) == (2, 2)
+
+
+def test_an_unprotected_deployment_page_has_no_approval_panel(admin_client, make_project):
+    deployment = deployment_create(project=make_project("open"), ref="main", triggered_by="ci")
+    body = admin_client.get(f"/admin/deployments/deployment/{deployment.pk}/change/")
+    assert body.status_code == 200
+    assert 'id="deployment-approval"' not in body.content.decode()
+    assert 'id="deployment-log"' in body.content.decode()

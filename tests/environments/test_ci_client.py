@@ -1,15 +1,22 @@
-"""scripts/conveyor-deploy --rollback against a live server, a real worker and a git repo."""
+"""scripts/conveyor-deploy against a live server: rollback, freezes and approvals."""
 
+import os
+import subprocess
+import sys
 import time
 from datetime import timedelta
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.utils import timezone
 
+from deployments.approvals import deployment_reject
+from deployments.environments import Approver
 from deployments.models import Deployment, Environment
 from deployments.services import deployment_create
-from tests.api.test_ci_client import run_client
+from tests.api.test_ci_client import CLIENT, run_client
 from tests.deployments.conftest import commit, wait_for
+from tests.processes import wait_until
 
 pytestmark = pytest.mark.usefixtures("purge_broker")
 
@@ -64,3 +71,38 @@ def test_the_client_cannot_sidestep_a_frozen_environment_by_spelling(
     )
     assert staged.returncode == 0, staged.stderr
     assert list(Deployment.objects.values_list("environment", flat=True)) == ["staging"]
+
+
+def test_the_client_names_the_page_where_a_waiting_deployment_is_approved(
+    live_server, make_project, project_api
+):
+    project = make_project("shop")
+    Environment.objects.create(
+        project=project, name="production", protected=True, required_approvals=1
+    )
+    token = project_api("deploy", project).headers["Authorization"].split()[1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "CI_"))}
+    env.update(CONVEYOR_URL=live_server.url + "/", CONVEYOR_TOKEN=token)
+    client = subprocess.Popen(
+        [sys.executable, CLIENT, "--poll", "1", "--project", "shop", "--ref", "main"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_until(
+            lambda: Deployment.objects.filter(status="waiting_approval").exists(),
+            message="the deployment to wait for approval",
+        )
+        waiting = Deployment.objects.get()
+        reviewer = get_user_model().objects.create_superuser("rita", "rita@example.com", "pw")
+        deployment_reject(
+            deployment_id=waiting.pk, approver=Approver(name="rita", user=reviewer), comment="no"
+        )
+        _, stderr = client.communicate(timeout=60)
+    finally:
+        client.kill()
+    page = f"{live_server.url}/admin/deployments/deployment/{waiting.pk}/change/"
+    assert f"waiting for approval; approvers decide at {page}\n" in stderr, stderr
+    assert client.returncode == 1 and "cancelled (rejected)" in stderr

@@ -3,12 +3,21 @@
 // * [data-refresh-every="N"] on a container: every N seconds each element of the page marked
 //   [data-refresh] (with an id) gets its new content: from the container's data-refresh-url
 //   when it has one (a small JSON endpoint answering {"parts": {id: html}}), else from the
-//   whole page fetched again.
+//   whole page fetched again. While the page's live state is "waiting" it checks only every
+//   data-refresh-slow seconds (and reloads once the wait is over); once it is "finished" it
+//   stops. A hidden tab asks nothing; shown again, it catches up at once.
 // * #deployment-log[data-url]: follows a deployment's log from data-next until complete,
-//   and "Load earlier" fetches the bytes before data-start.
+//   and "Load earlier" fetches the bytes before data-start; paused while the tab is hidden.
 // * form[data-confirm]: asks before submitting.
 (function () {
   "use strict";
+
+  // The page's live state, from its [data-live-state] element (inside a refreshed part, so it
+  // follows the server): "live" (the default), "waiting" (for approval) or "finished".
+  function liveState() {
+    var el = document.querySelector("[data-live-state]");
+    return el ? el.getAttribute("data-live-state") : "live";
+  }
 
   function refreshParts(root) {
     var seconds = parseFloat(root.getAttribute("data-refresh-every")) || 3;
@@ -47,14 +56,35 @@
           });
         });
     }
+    var slow = parseFloat(root.getAttribute("data-refresh-slow")) || seconds;
+    var waitingAtLoad = liveState() === "waiting";
+    var timer = null;
+    function schedule() {
+      window.clearTimeout(timer);
+      timer = null;
+      var state = liveState();
+      if (document.hidden || state === "finished") return;
+      timer = window.setTimeout(tick, (state === "waiting" ? slow : seconds) * 1000);
+    }
     function tick() {
+      window.clearTimeout(timer);
+      timer = null;
       if (busy || document.hidden) return;
       busy = true;
       (url ? fromJson() : fromPage())
         .catch(function () {})
-        .finally(function () { busy = false; });
+        .finally(function () {
+          busy = false;
+          // Approved, rejected or expired meanwhile: the page it is now has other parts.
+          if (waitingAtLoad && liveState() !== "waiting") window.location.reload();
+          else schedule();
+        });
     }
-    window.setInterval(tick, seconds * 1000);
+    document.addEventListener("visibilitychange", function () {
+      if (document.hidden) { window.clearTimeout(timer); timer = null; }
+      else if (!busy && liveState() !== "finished") tick();
+    });
+    schedule();
   }
 
   function followLog(box) {
@@ -69,12 +99,22 @@
 
     function atBottom() { return pre.scrollHeight - pre.scrollTop - pre.clientHeight < 40; }
     function setStatus(text) { if (status) status.textContent = text; }
+    var timer = null;
+    var asking = false;
+    function later(ms) {
+      timer = window.setTimeout(function () { timer = null; poll(); }, ms);
+    }
     function poll() {
       if (complete) { setStatus("complete"); return; }
+      // Resumed by visibilitychange or by the page's refresh (console:refreshed).
+      if (document.hidden) { setStatus("paused while the tab is hidden"); return; }
+      if (liveState() === "waiting") { setStatus("waiting for approval"); return; }
       setStatus("following…");
+      asking = true;
       fetch(url + "?offset=" + next, { credentials: "same-origin" })
         .then(function (r) { return r.json(); })
         .then(function (page) {
+          asking = false;
           var stick = atBottom();
           if (page.text) pre.appendChild(document.createTextNode(page.text));
           if (stick) pre.scrollTop = pre.scrollHeight;
@@ -82,10 +122,15 @@
           box.setAttribute("data-next", String(next));
           complete = page.complete;
           if (complete) { box.setAttribute("data-complete", "true"); setStatus("complete"); }
-          else window.setTimeout(poll, page.text ? 300 : 800);
+          else later(page.text ? 300 : 800);
         })
-        .catch(function () { window.setTimeout(poll, 2000); });
+        .catch(function () { asking = false; later(2000); });
     }
+    function resume() {
+      if (!complete && !asking && timer === null) poll();
+    }
+    document.addEventListener("visibilitychange", resume);
+    document.addEventListener("console:refreshed", resume);
     if (earlier) {
       earlier.hidden = start <= 0;
       earlier.addEventListener("click", function () {
