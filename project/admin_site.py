@@ -1,7 +1,8 @@
 """The console's admin site: the stock Django admin with a live dashboard as its first page.
 
-The index leads with the dashboard link and keeps the plumbing (django-celery-results, the
-beat schedules) out of the way in one "Plumbing" section at the end.
+The app list (the index and the sidebar) leads with a "Console" section holding the console's
+own pages (the dashboard), shown only to users who may see them, and keeps the plumbing
+(django-celery-results, the beat schedules) out of the way in one "Plumbing" section at the end.
 """
 
 from django.contrib import admin
@@ -42,11 +43,17 @@ class ConsoleAdminSite(admin.AdminSite):
             *super().get_urls(),
         ]
 
+    def each_context(self, request):
+        context = super().each_context(request)
+        if not allowed(request.user, "metrics.view"):
+            context["site_url"] = None  # "View site" is the dashboard: not for them
+        return context
+
     def get_app_list(self, request, app_label=None):
         apps = super().get_app_list(request, app_label)
         if app_label is not None:
             return apps
-        main, plumbing = [], []
+        main, plumbing = self._console_section(request), []
         for app in apps:
             if app["app_label"] in PLUMBING_APPS:
                 plumbing += [
@@ -61,12 +68,41 @@ class ConsoleAdminSite(admin.AdminSite):
                 {
                     "name": "Plumbing (Celery results and beat schedules)",
                     "app_label": "django_celery_beat",
-                    "app_url": "",
+                    # An empty app_url is "in" every path: the sidebar would mark the
+                    # section current on every page.
+                    "app_url": reverse(
+                        "admin:app_list",
+                        kwargs={"app_label": "django_celery_beat"},
+                        current_app=self.name,
+                    ),
                     "has_module_perms": True,
                     "models": plumbing,
                 }
             )
         return main
+
+    def _console_section(self, request) -> list[dict]:
+        """The console's own pages as an app-list section, for those allowed to see them."""
+        if not allowed(request.user, "metrics.view"):
+            return []
+        url = reverse("admin:dashboard", current_app=self.name)
+        page = {
+            "name": "Dashboard",
+            "object_name": "Dashboard",
+            "admin_url": url,
+            "add_url": None,
+            "view_only": True,  # the index offers "View", not "Change"
+            "perms": {"view": True},
+        }
+        return [
+            {
+                "name": "Console",
+                "app_label": "console",
+                "app_url": url,
+                "has_module_perms": True,
+                "models": [page],
+            }
+        ]
 
     def dashboard_view(self, request):
         """The live dashboard: queues, charts, workers, deployments in flight."""
