@@ -42,8 +42,12 @@ def _run(modeladmin, request, queryset, verb: str, call) -> None:
 
 class EndpointForm(forms.ModelForm):
     topics = forms.MultipleChoiceField(
-        choices=[(topic, f"{topic}: {text}") for topic, text in TOPICS.items()],
-        widget=forms.CheckboxSelectMultiple,
+        choices=[
+            (topic, format_html("<code>{}</code>: {}", topic, text))
+            for topic, text in TOPICS.items()
+        ],
+        # console.css: one topic a line, wrapped between words only
+        widget=forms.CheckboxSelectMultiple(attrs={"class": "console-choices"}),
     )
 
     class Meta:
@@ -154,6 +158,10 @@ class EndpointAdmin(ConveyorModelAdmin):
     ]
     actions = ["enable", "disable", "rotate_secret", "send_test", "replay_since"]
     change_form_template = "admin/webhooks/endpoint/change_form.html"
+
+    def get_readonly_fields(self, request, obj=None):
+        # A new endpoint has no state yet: its add form is only what can be set.
+        return self.readonly_fields if obj is not None else []
 
     def get_urls(self):
         view = self.admin_site.admin_view

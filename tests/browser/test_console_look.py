@@ -7,6 +7,8 @@ look at: the admin index and the webhook endpoint form at 1440 and 1024 px, ligh
 import pytest
 
 from tests.browser.test_console import shot
+from webhooks import services as webhooks
+from webhooks.topics import TOPICS
 
 WIDTHS = (1440, 1024)
 # WCAG's contrast ratio for large or bold text; the bug this guards had a ratio of 1.0.
@@ -23,6 +25,24 @@ COLOURS_JS = """(el) => {
   }
   return [colour, [255, 255, 255]];
 }"""
+
+
+# Labels in which a word is split over two lines: each word's pieces must share one line.
+WORDS_BROKEN_JS = """(labels) => labels.flatMap((label) => {
+  const broken = [];
+  const walker = document.createTreeWalker(label, NodeFilter.SHOW_TEXT);
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    const re = /\\S+/g;
+    for (let m = re.exec(node.data); m; m = re.exec(node.data)) {
+      const range = document.createRange();
+      range.setStart(node, m.index);
+      range.setEnd(node, m.index + m[0].length);
+      const tops = new Set([...range.getClientRects()].map((r) => Math.round(r.top)));
+      if (tops.size > 1) broken.push(m[0]);
+    }
+  }
+  return broken;
+})"""
 
 
 def contrast(a: list[float], b: list[float]) -> float:
@@ -59,3 +79,25 @@ def test_the_dashboard_link_on_the_index_can_be_read(admin_page, scheme):
     colour, background = current.evaluate(COLOURS_JS)
     assert contrast(colour, background) >= MIN_CONTRAST
     shot(page, f"dashboard-sidebar-{scheme}")
+
+
+def test_the_endpoint_form_keeps_each_topic_on_whole_words(admin_page, settings):
+    settings.CONVEYOR_WEBHOOKS_ALLOW_PRIVATE = True
+    endpoint = webhooks.endpoint_create(
+        url="http://127.0.0.1:9/hook", topics=["job.dead"], description="ops", actor="test"
+    )
+    page = admin_page
+    for scheme in ("light", "dark"):
+        page.emulate_media(color_scheme=scheme)
+        for width in WIDTHS:
+            page.set_viewport_size({"width": width, "height": 900})
+            for url, name in (
+                (f"/admin/webhooks/endpoint/{endpoint.pk}/change/", "endpoint-form"),
+                ("/admin/webhooks/endpoint/add/", "endpoint-add"),
+            ):
+                page.goto(url)
+                labels = page.locator("#id_topics label")
+                assert labels.count() == len(TOPICS)
+                shot(page, f"{name}-{width}-{scheme}")
+                broken = labels.evaluate_all(WORDS_BROKEN_JS)
+                assert broken == [], (scheme, width, broken)
