@@ -14,5 +14,9 @@ def home(request):
 
 
 def favicon(request):
-    """Send a request for /favicon.ico to the static icon (served by WhiteNoise)."""
-    return redirect(static(FAVICON), permanent=True)
+    """Send a request for /favicon.ico to the static icon (served by WhiteNoise).
+
+    Not a permanent redirect: browsers keep those for good, and a static URL may change
+    (a hashed name, another STATIC_URL).
+    """
+    return redirect(static(FAVICON))

@@ -5,9 +5,14 @@ look at: the admin index and the webhook endpoint form at 1440 and 1024 px, ligh
 """
 
 import pytest
+from django.db.models import Q
+from django.utils import timezone
 
+from jobs.services import job_bury, job_claim
 from tests.browser.test_console import shot
 from webhooks import services as webhooks
+from webhooks.dispatch import notify
+from webhooks.models import DeliveryAttempt
 from webhooks.topics import TOPICS
 
 WIDTHS = (1440, 1024)
@@ -101,3 +106,54 @@ def test_the_endpoint_form_keeps_each_topic_on_whole_words(admin_page, settings)
                 shot(page, f"{name}-{width}-{scheme}")
                 broken = labels.evaluate_all(WORDS_BROKEN_JS)
                 assert broken == [], (scheme, width, broken)
+
+
+def test_no_page_asks_for_something_missing(admin_page):
+    """No 404 anywhere, the favicon included, on the console's main pages and the API docs."""
+    page = admin_page
+    failed, icons = [], []
+    page.on("response", lambda r: failed.append(r.url) if r.status >= 400 else None)
+    page.on("response", lambda r: icons.append((r.url, r.status)) if "favicon" in r.url else None)
+    for url in ("/admin/", "/admin/dashboard/", "/admin/jobs/job/", "/api/v1/docs"):
+        page.goto(url)
+        page.wait_for_load_state("networkidle")
+    assert failed == []
+    assert page.request.get("/favicon.ico").status == 200  # the redirect, followed
+    assert all(status in (200, 304) for _, status in icons), icons
+
+
+def test_a_replayed_delivery_page(admin_page, settings):
+    """A dead delivery replayed: its attempts numbered on, the replay marked, JSON indented."""
+    settings.CONVEYOR_WEBHOOKS_ALLOW_PRIVATE = True
+    webhooks.endpoint_create(url="http://127.0.0.1:9/hook", topics=["job.dead"], actor="test")
+    (delivery,) = notify("job.dead", {"job_id": 1}).deliveries.all()
+    first = job_claim(delivery.job_id, worker="test/1")
+    attempt(delivery, first.pk, 1, "retry", 503, "<h1>Service Unavailable</h1>")
+    job_bury(Q(pk=first.pk), error="DeliveryFailed: HTTP 503")
+    delivery = webhooks.delivery_replay(delivery_id=delivery.pk, actor="test")
+    second = job_claim(delivery.job_id, worker="test/1")
+    attempt(delivery, second.pk, 1, "delivered", 200, '{"received":true,"id":"evt_1","n":[1,2]}')
+    page = admin_page
+    page.set_viewport_size({"width": 1440, "height": 900})
+    page.goto(f"/admin/webhooks/delivery/{delivery.pk}/change/")
+    rows = page.locator("#delivery-attempts tbody tr")
+    assert rows.nth(0).locator("td").nth(2).inner_text() == "dead"
+    assert rows.nth(1).locator("td").nth(0).inner_text() == "2 replay"
+    body = rows.nth(1).locator("pre.response-body").inner_text()
+    assert body.startswith('{\n  "received": true,\n')
+    assert rows.nth(0).locator("pre.response-body").inner_text() == "<h1>Service Unavailable</h1>"
+    assert page.locator("#delivery-attempts h1").count() == 0  # shown, not rendered
+    shot(page, "delivery-replayed-1440")
+
+
+def attempt(delivery, job_id: int, number: int, outcome: str, status: int, body: str) -> None:
+    DeliveryAttempt.objects.create(
+        delivery=delivery,
+        job_id=job_id,
+        number=number,
+        started_at=timezone.now(),
+        status_code=status,
+        latency_ms=40,
+        response_body=body,
+        outcome=outcome,
+    )

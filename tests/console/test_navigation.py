@@ -73,7 +73,7 @@ def test_who_may_not_see_the_dashboard_is_not_shown_it(viewer):
 
 def test_favicon_ico_leads_to_the_static_icon():
     response = client().get("/favicon.ico")
-    assert response.status_code == 301
+    assert response.status_code == 302
     assert response.headers["Location"] == "/static/console/favicon.ico"
     icon = client().get(response.headers["Location"])
     assert icon.status_code == 200
