@@ -73,6 +73,17 @@ def test_a_replay_numbers_on_and_a_dead_end_is_not_a_retry(
     assert body.group(1).startswith("{\n  &quot;ok&quot;: true,\n  &quot;note&quot;: ")
     assert "&lt;script&gt;alert(&#x27;owned&#x27;)&lt;/script&gt;" in body.group(1)
     assert HOSTILE not in page
+    # The endpoint's last failures (newest first) read the same.
+    client = Client(HTTP_HOST="127.0.0.1")
+    client.force_login(admin_user)
+    endpoint_page = client.get(f"/admin/webhooks/endpoint/{delivery.endpoint_id}/change/")
+    table = endpoint_page.content.decode().split('id="endpoint-failures"')[1].split("</table>")[0]
+    rows = re.findall(r"<tr><td class=\"at\">.*?</tr>", table, re.S)
+    cells = [
+        [re.sub(r"<[^>]+>", "", c).strip() for c in re.findall(r"<td[^>]*>(.*?)</td>", r, re.S)]
+        for r in rows
+    ]
+    assert [(c[2], c[3]) for c in cells] == [("2", "dead"), ("1", "retry")]
 
 
 @pytest.mark.django_db
