@@ -53,7 +53,7 @@ class ConsoleAdminSite(admin.AdminSite):
         apps = super().get_app_list(request, app_label)
         if app_label is not None:
             return apps
-        main, plumbing = self._console_section(request), []
+        main, plumbing, plumbing_url = self._console_section(request), [], None
         for app in apps:
             if app["app_label"] in PLUMBING_APPS:
                 plumbing += [
@@ -61,6 +61,7 @@ class ConsoleAdminSite(admin.AdminSite):
                     for model in app["models"]
                     if (app["app_label"], model["object_name"].lower()) not in HIDDEN_MODELS
                 ]
+                plumbing_url = plumbing_url or app["app_url"]
             else:
                 main.append(app)
         if plumbing:
@@ -68,13 +69,9 @@ class ConsoleAdminSite(admin.AdminSite):
                 {
                     "name": "Plumbing (Celery results and beat schedules)",
                     "app_label": "django_celery_beat",
-                    # An empty app_url is "in" every path: the sidebar would mark the
-                    # section current on every page.
-                    "app_url": reverse(
-                        "admin:app_list",
-                        kwargs={"app_label": "django_celery_beat"},
-                        current_app=self.name,
-                    ),
+                    # One of its apps' pages: an empty app_url is "in" every path, and the
+                    # sidebar would mark the section current on every page.
+                    "app_url": plumbing_url,
                     "has_module_perms": True,
                     "models": plumbing,
                 }
