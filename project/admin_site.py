@@ -1,7 +1,8 @@
 """The console's admin site: the stock Django admin with a live dashboard as its first page.
 
-The index leads with the dashboard link and keeps the plumbing (django-celery-results, the
-beat schedules) out of the way in one "Plumbing" section at the end.
+The app list (the index and the sidebar) leads with a "Console" section holding the console's
+own pages (the dashboard), shown only to users who may see them, and keeps the plumbing
+(django-celery-results, the beat schedules) out of the way in one "Plumbing" section at the end.
 """
 
 from django.contrib import admin
@@ -21,8 +22,16 @@ HIDDEN_MODELS = {("django_celery_beat", "clockedschedule"), ("django_celery_beat
 REFRESH_SECONDS = 3
 # The parts of the dashboard its refresh re-renders (templates admin/console/dashboard/*.html,
 # each inside the element with id dashboard-<name>).
-DASHBOARD_PARTS = ("stamp", "queues", "tasks", "chart", "workers", "deployments", "maintenance")
-DASHBOARD_PARTS += ("approvals",)  # deployments waiting for approval
+DASHBOARD_PARTS = (
+    "stamp",
+    "queues",
+    "tasks",
+    "chart",
+    "workers",
+    "deployments",
+    "approvals",  # deployments waiting for approval
+    "maintenance",
+)
 QUEUE_FIGURES = ("queue", "queued", "running", "retrying", "dead_24h", "oldest_age", "broker_depth")
 
 
@@ -43,11 +52,17 @@ class ConsoleAdminSite(admin.AdminSite):
             *super().get_urls(),
         ]
 
+    def each_context(self, request):
+        context = super().each_context(request)
+        if not allowed(request.user, "metrics.view"):
+            context["site_url"] = None  # "View site" is the dashboard: not for them
+        return context
+
     def get_app_list(self, request, app_label=None):
         apps = super().get_app_list(request, app_label)
         if app_label is not None:
             return apps
-        main, plumbing = [], []
+        main, plumbing, plumbing_url = self._console_section(request), [], None
         for app in apps:
             if app["app_label"] in PLUMBING_APPS:
                 plumbing += [
@@ -55,6 +70,7 @@ class ConsoleAdminSite(admin.AdminSite):
                     for model in app["models"]
                     if (app["app_label"], model["object_name"].lower()) not in HIDDEN_MODELS
                 ]
+                plumbing_url = plumbing_url or app["app_url"]
             else:
                 main.append(app)
         if plumbing:
@@ -62,12 +78,37 @@ class ConsoleAdminSite(admin.AdminSite):
                 {
                     "name": "Plumbing (Celery results and beat schedules)",
                     "app_label": "django_celery_beat",
-                    "app_url": "",
+                    # One of its apps' pages: an empty app_url is "in" every path, and the
+                    # sidebar would mark the section current on every page.
+                    "app_url": plumbing_url,
                     "has_module_perms": True,
                     "models": plumbing,
                 }
             )
         return main
+
+    def _console_section(self, request) -> list[dict]:
+        """The console's own pages as an app-list section, for those allowed to see them."""
+        if not allowed(request.user, "metrics.view"):
+            return []
+        url = reverse("admin:dashboard", current_app=self.name)
+        page = {
+            "name": "Dashboard",
+            "object_name": "Dashboard",
+            "admin_url": url,
+            "add_url": None,
+            "view_only": True,  # the index offers "View", not "Change"
+            "perms": {"view": True},
+        }
+        return [
+            {
+                "name": "Console",
+                "app_label": "console",
+                "app_url": url,
+                "has_module_perms": True,
+                "models": [page],
+            }
+        ]
 
     def dashboard_view(self, request):
         """The live dashboard: queues, charts, workers, deployments in flight."""

@@ -17,6 +17,7 @@ from jobs.permissions import allowed
 from project.admin_base import ConveyorModelAdmin
 from project.admin_permissions import permission_check
 from webhooks import services, ssrf
+from webhooks.attempt_history import attempt_rows
 from webhooks.errors import WebhookError
 from webhooks.models import Delivery, DeliveryAttempt, DeliveryStatus, Endpoint, Event
 from webhooks.topics import TOPICS
@@ -41,8 +42,12 @@ def _run(modeladmin, request, queryset, verb: str, call) -> None:
 
 class EndpointForm(forms.ModelForm):
     topics = forms.MultipleChoiceField(
-        choices=[(topic, f"{topic}: {text}") for topic, text in TOPICS.items()],
-        widget=forms.CheckboxSelectMultiple,
+        choices=[
+            (topic, format_html("<code>{}</code>: {}", topic, text))
+            for topic, text in TOPICS.items()
+        ],
+        # console.css: one topic a line, wrapped between words only
+        widget=forms.CheckboxSelectMultiple(attrs={"class": "console-choices"}),
     )
 
     class Meta:
@@ -103,7 +108,7 @@ def endpoint_stats(endpoint: Endpoint) -> dict:
         .values_list("latency_ms", flat=True)[:5000]
     )
     p95 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.95))] if latencies else None
-    failures = (
+    failures = list(
         DeliveryAttempt.objects.filter(delivery__endpoint=endpoint)
         .exclude(outcome="delivered")
         .select_related("delivery__event")
@@ -113,8 +118,26 @@ def endpoint_stats(endpoint: Endpoint) -> dict:
         **summary,
         "rate": round(100 * summary["ok"] / summary["total"], 1) if summary["total"] else None,
         "p95": p95,
-        "failures": list(failures),
+        "failures": _as_rows(failures),
     }
+
+
+def _as_rows(failures: list[DeliveryAttempt]) -> list:
+    """The failures as their deliveries' attempt rows (numbered through replays, labelled)."""
+    deliveries = {attempt.delivery_id: attempt.delivery for attempt in failures}
+    by_delivery: dict[int, list[DeliveryAttempt]] = {pk: [] for pk in deliveries}
+    # A delivery has at most max_attempts per job and one job per replay: a bounded read.
+    siblings = DeliveryAttempt.objects.filter(delivery_id__in=deliveries).order_by("id")
+    for attempt in siblings.only("id", "delivery_id", "job_id", "number", "outcome"):
+        by_delivery[attempt.delivery_id].append(attempt)
+    rows = {}
+    for pk, attempts in by_delivery.items():
+        for row in attempt_rows(attempts, delivery_status=deliveries[pk].status):
+            rows[row.attempt.pk] = row
+    return [
+        {"attempt": attempt, "row": rows[attempt.pk], "delivery": deliveries[attempt.delivery_id]}
+        for attempt in failures
+    ]
 
 
 @admin.register(Endpoint)
@@ -135,6 +158,10 @@ class EndpointAdmin(ConveyorModelAdmin):
     ]
     actions = ["enable", "disable", "rotate_secret", "send_test", "replay_since"]
     change_form_template = "admin/webhooks/endpoint/change_form.html"
+
+    def get_readonly_fields(self, request, obj=None):
+        # A new endpoint has no state yet: its add form is only what can be set.
+        return self.readonly_fields if obj is not None else []
 
     def get_urls(self):
         view = self.admin_site.admin_view
@@ -375,7 +402,9 @@ class DeliveryAdmin(ConveyorModelAdmin):
         if delivery is not None:
             extra.update(
                 delivery=delivery,
-                attempts=list(delivery.attempts.order_by("id")),
+                attempts=attempt_rows(
+                    list(delivery.attempts.order_by("id")), delivery_status=delivery.status
+                ),
                 can_replay=self.has_replay_permission(request)
                 and delivery.status != DeliveryStatus.PENDING,
                 title=f"Delivery {delivery.pk}: {delivery.event.type} to {delivery.endpoint}",

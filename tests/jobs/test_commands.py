@@ -37,8 +37,11 @@ def test_setup_periodic_tasks_installs_every_service_once_with_its_interval(sett
     settings.CONVEYOR_PERIODIC_TASKS = [
         ("conveyor: reap", "maintenance.reap_jobs", timedelta(seconds=45))
     ]
-    assert "updated: conveyor: reap every 45s" in run("setup_periodic_tasks")
+    out = run("setup_periodic_tasks")
+    assert "changed: conveyor: reap every 45s -> maintenance.reap_jobs" in out
+    assert "removed: conveyor: sweep -> maintenance.sweep_jobs" in out
     assert PeriodicTask.objects.get(name="conveyor: reap").interval.every == 45
+    assert not PeriodicTask.objects.filter(name="conveyor: sweep").exists()
 
 
 def test_the_default_schedule_covers_every_maintenance_service():

@@ -287,7 +287,7 @@ def test_the_admin_lists_last_runs_per_runner_and_flags_an_overdue_one(admin_use
 
 @pytest.mark.django_db
 def test_setup_periodic_tasks_keeps_a_schedule_disabled_and_resets_an_edited_interval():
-    assert "created: conveyor: reap every 60s" in run_command("setup_periodic_tasks")
+    assert "added: conveyor: reap every 60s" in run_command("setup_periodic_tasks")
     every_5s, _ = IntervalSchedule.objects.get_or_create(every=5, period="seconds")
     PeriodicTask.objects.filter(name="conveyor: reap").update(enabled=False, interval=every_5s)
     out = run_command("setup_periodic_tasks")

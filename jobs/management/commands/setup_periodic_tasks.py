@@ -1,23 +1,15 @@
 """Install Conveyor's maintenance schedule into django-celery-beat, keeping operators' choices.
 
-The rules, also in docs/operations.md:
-
-* a schedule that does not exist is created, enabled, with the interval of its
-  ``CONVEYOR_*_INTERVAL`` setting;
-* **enabled/disabled belongs to the operator**: a schedule disabled in the admin stays disabled
-  (the output says so); re-enable it in the admin;
-* **the interval belongs to the settings**: an interval edited in the admin is put back to the
-  setting's value (the output says from what to what). To change an interval for good, change
-  the setting; an admin edit lasts until the next ``setup_periodic_tasks`` (every ``make run``
-  and every deploy runs it).
+A thin command over ``jobs.maintenance.schedule.schedule_install`` (its docstring has the
+rules): one line per entry (``added``, ``changed`` with what, ``unchanged``, ``removed``), then
+one line of counts. ``--verbosity 0`` prints nothing.
 """
 
-from django.conf import settings
-from django.core.management.base import BaseCommand
-from django.db import transaction
-from django_celery_beat.models import IntervalSchedule, PeriodicTask
+from collections import Counter
 
-from jobs.maintenance.runs import scheduled_intervals
+from django.core.management.base import BaseCommand
+
+from jobs.maintenance.schedule import Action, schedule_install
 
 
 class Command(BaseCommand):
@@ -26,36 +18,11 @@ class Command(BaseCommand):
         "Intervals follow the settings; a schedule disabled in the admin stays disabled."
     )
 
-    @transaction.atomic
     def handle(self, *args, **options):
-        before = scheduled_intervals()
-        for name, task, interval in settings.CONVEYOR_PERIODIC_TASKS:
-            seconds = max(1, int(interval.total_seconds()))
-            schedule, _ = IntervalSchedule.objects.get_or_create(
-                every=seconds, period=IntervalSchedule.SECONDS
-            )
-            periodic, created = PeriodicTask.objects.update_or_create(
-                name=name,
-                defaults={
-                    "task": task,
-                    "interval": schedule,
-                    "crontab": None,
-                    "queue": "maintenance",
-                    # A tick that waited longer than one interval is stale: the next one comes.
-                    "expire_seconds": seconds,
-                },
-                create_defaults={
-                    "task": task,
-                    "interval": schedule,
-                    "queue": "maintenance",
-                    "expire_seconds": seconds,
-                    "enabled": True,
-                },
-            )
-            line = f"{'created' if created else 'updated'}: {name} every {seconds}s -> {task}"
-            previous = before.get(task.removeprefix("maintenance."))
-            if previous and int(previous[0].total_seconds()) != seconds:
-                line += f" (interval reset from {int(previous[0].total_seconds())}s to the setting)"
-            if not periodic.enabled:
-                line += " [kept disabled: it was disabled in the admin]"
-            self.stdout.write(line)
+        results = schedule_install()
+        if options["verbosity"] < 1:
+            return
+        for result in results:
+            self.stdout.write(result.describe())
+        counts = Counter(result.action for result in results)
+        self.stdout.write("setup_periodic_tasks: " + ", ".join(f"{counts[a]} {a}" for a in Action))
