@@ -19,9 +19,9 @@ class JobsConfig(AppConfig):
     verbose_name = "Jobs"
 
     def ready(self) -> None:
-        # deadletter, shutdown, heartbeat and queues connect Celery signal handlers; tasks registers
+        # lost_runs, shutdown, heartbeat and queues connect Celery signal handlers; tasks registers
         # the tasks.
-        from jobs import conf, deadletter, heartbeat, queues, shutdown, tasks  # noqa: F401
+        from jobs import conf, heartbeat, lost_runs, queues, shutdown, tasks  # noqa: F401
 
         conf.validate()
         post_migrate.connect(

@@ -21,10 +21,6 @@ PERMISSIONS: dict[str, str] = {
 }
 
 
-def permission_for(action: str) -> str:
-    return PERMISSIONS[action]
-
-
 def allowed(user, action: str) -> bool:
     """Whether ``user`` may perform ``action`` (a key of PERMISSIONS)."""
     return bool(user and user.is_active and user.has_perm(PERMISSIONS[action]))

@@ -8,7 +8,7 @@ from django.db import connections
 from django.db.models import Count, QuerySet
 
 from webhooks.errors import DeliveryNotFound, EndpointNotFound, WebhookError
-from webhooks.models import Delivery, DeliveryStatus, Endpoint, Event
+from webhooks.models import Delivery, DeliveryStatus, Endpoint
 
 
 def endpoint_list(*, enabled: bool | None = None, topic: str | None = None) -> list[Endpoint]:
@@ -72,11 +72,6 @@ def delivery_get(*, delivery_id: int) -> Delivery:
     if delivery is None:
         raise DeliveryNotFound(f"webhook delivery {delivery_id} does not exist")
     return delivery
-
-
-def event_get(*, message_id: str) -> Event | None:
-    """Return the event with public id ``message_id`` (``evt_…``), or None."""
-    return Event.objects.filter(message_id=message_id).first()
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The hard-time-limit recovery thread (jobs.deadletter): which runs it ends."""
+"""The hard-time-limit recovery thread (jobs.lost_runs): which runs it ends."""
 
 import contextlib
 import subprocess
@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from jobs import completer, deadletter, services
+from jobs import completer, lost_runs, services
 from jobs.models import Job, JobStatus
 from jobs.services import job_claim
 from project.celery import app
@@ -28,15 +28,15 @@ def running(task: str) -> Job:
 
 @pytest.fixture
 def fast(monkeypatch):
-    monkeypatch.setattr(deadletter, "SETTLE_SECONDS", 2.0)
-    monkeypatch.setattr(deadletter, "POLL_SECONDS", 0.01)
+    monkeypatch.setattr(lost_runs, "SETTLE_SECONDS", 2.0)
+    monkeypatch.setattr(lost_runs, "POLL_SECONDS", 0.01)
 
 
 def recover(task, job, event=None):
     from jobs import outcome
 
     event = event or outcome.Event.lost(outcome.Happened.TIME_LIMIT, "TimeLimitExceeded: 2", None)
-    deadletter._recover_after_kill(task, [job.pk], event, deadletter._node_runs(NODE))
+    lost_runs._recover_after_kill(task, [job.pk], event, lost_runs._node_runs(NODE))
 
 
 @pytest.mark.django_db(transaction=True)
