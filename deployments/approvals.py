@@ -17,10 +17,10 @@ Past ``CONVEYOR_APPROVAL_TIMEOUT`` it ends ``cancelled/approval_expired``
 """
 
 from django.db import transaction
-from django.db.models import Q
 from django.utils import timezone
 
 from deployments import conf, environments, lifecycle, policy
+from deployments.creation import audit, enqueue_run
 from deployments.environments import Approver
 from deployments.errors import AlreadyDecided, DeploymentNotFound, NotWaitingApproval
 from deployments.events import log_deployment
@@ -33,8 +33,6 @@ from deployments.models import (
     DeploymentStatus,
     FailureReason,
 )
-from deployments.services import audit, enqueue_run
-from deployments.transitions import transition
 
 S = DeploymentStatus
 EXPIRY_ACTOR = "approval-expiry"
@@ -130,10 +128,9 @@ def _reject(deployment: Deployment, approver: Approver) -> Deployment:
 
 def _release(deployment: Deployment, rules, *, approvals: int) -> Deployment:
     """Move an approved deployment to ``pending`` and write its job (lock held)."""
-    moved = transition(Q(pk=deployment.pk), S.PENDING, from_=[S.WAITING_APPROVAL])
-    if not moved:
+    pending = lifecycle.release(deployment)
+    if pending is None:
         return deployment
-    pending = moved[0]
     pending.project = deployment.project
     gate = environments.Gate(rules=rules, status=S.PENDING, overridden=None)
     enqueue_run(pending, run_after=gate.run_after(pending.created_at))

@@ -51,6 +51,15 @@ def cancel_pending(deployment: Deployment, *, reason: str, actor: str) -> Deploy
     return cancelled
 
 
+def release(deployment: Deployment) -> Deployment | None:
+    """Move a deployment approved enough from ``waiting_approval`` to ``pending``.
+
+    Returns None if it had moved meanwhile. The caller (deployments.approvals) writes its job.
+    """
+    moved = transition(Q(pk=deployment.pk), S.PENDING, from_=[S.WAITING_APPROVAL])
+    return moved[0] if moved else None
+
+
 def request_stop(deployment: Deployment, *, reason: str, actor: str) -> Deployment | None:
     """Ask a running deployment to stop (``cancelling``); None if it is not running."""
     moved = transition(Q(pk=deployment.pk), S.CANCELLING, from_=[S.RUNNING], failure_reason=reason)

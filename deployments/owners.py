@@ -5,7 +5,7 @@ once the old one has finished); a cancel is the deployment's cancel. Registered 
 job engine in ``DeploymentsConfig.ready``.
 """
 
-from deployments import services
+from deployments import creation, services
 from deployments.errors import DeploymentError
 from deployments.models import Deployment, DeploymentStatus
 from jobs import owners
@@ -90,4 +90,4 @@ OWNER = owners.Owner(
 
 
 def register() -> None:
-    owners.register(services.RUN_TASK, OWNER)
+    owners.register(creation.RUN_TASK, OWNER)

@@ -14,8 +14,8 @@ from django.db import transaction
 from django.dispatch import receiver
 
 from deployments import lifecycle
+from deployments.creation import RUN_TASK
 from deployments.models import Deployment, DeploymentStatus, FailureReason
-from deployments.services import RUN_TASK
 from jobs.models import JobReason
 from jobs.signals import job_cancelled, job_dead
 

@@ -8,20 +8,17 @@ target and ``undoes`` = the current one. It obeys the environment's freeze and a
 rules like any trigger, and is announced as ``deployment.created`` with ``rollback: true``.
 """
 
-from django.db import IntegrityError, transaction
 from django.db.models import QuerySet
 
-from deployments import environments, services
+from deployments import creation
 from deployments.errors import (
     DeploymentNotFound,
     InvalidRequest,
     NothingToRollBack,
     NotRollbackTarget,
 )
-from deployments.locks import lock_environment
 from deployments.models import Deployment, DeploymentStatus, Project
 from deployments.validation import clean_environment, clean_idempotency_key
-from project.constraints import violates
 
 S = DeploymentStatus
 
@@ -71,17 +68,8 @@ def deployment_rollback(
     before it, NotRollbackTarget when ``to_deployment_id`` never succeeded or is current.
     """
     environment = clean_environment(environment)
-    idempotency_key = clean_idempotency_key(idempotency_key)
-    request = {"rollback": environment, "to": to_deployment_id}
-    if override_freeze:
-        request["override_freeze"] = True
-    fingerprint = services._fingerprint(**request)
-    with transaction.atomic():
-        lock_environment(project.pk, environment)
-        if idempotency_key is not None:
-            existing = services._replay(project, idempotency_key, fingerprint)
-            if existing is not None:
-                return existing
+
+    def plan() -> creation.Plan:
         current = current_deployment(project, environment)
         if current is None:
             raise NothingToRollBack(
@@ -92,43 +80,31 @@ def deployment_rollback(
             if to_deployment_id is None
             else _chosen(project, environment, to_deployment_id, current)
         )
-        gate = environments.gate(
-            project, environment, ref=target.ref, override_freeze=override_freeze
+        return creation.Plan(
+            fields={
+                "ref": target.ref,
+                "commit_sha": target.commit_sha,
+                "pipeline": target.pipeline,
+                "pipeline_name": target.pipeline_name,
+                "params": target.params,
+                "steps": target.steps,
+                "timeout": target.timeout,
+                "rollback_of": target,
+                "undoes": current,
+            },
+            audit=("deployment.rollback", current, {"to": target.pk, "commit": target.commit_sha}),
         )
-        try:
-            with transaction.atomic():
-                deployment = services._insert(
-                    project,
-                    gate,
-                    environment=environment,
-                    ref=target.ref,
-                    commit_sha=target.commit_sha,
-                    pipeline=target.pipeline,
-                    pipeline_name=target.pipeline_name,
-                    params=target.params,
-                    steps=target.steps,
-                    timeout=target.timeout,
-                    rollback_of=target,
-                    undoes=current,
-                    triggered_by=triggered_by,
-                    triggered_by_user=triggered_by_user,
-                    idempotency_key=idempotency_key,
-                    request_fingerprint=fingerprint if idempotency_key else "",
-                )
-        except IntegrityError as exc:
-            if not violates(exc, Deployment, "deployment_idempotency_unique"):
-                raise
-            existing = services._replay(project, idempotency_key, fingerprint)
-            if existing is None:
-                raise
-            return existing
-        services.audit(
-            triggered_by,
-            "deployment.rollback",
-            current,
-            {"new_deployment": deployment.pk, "to": target.pk, "commit": target.commit_sha},
-        )
-        return services._announce_new(deployment, gate, actor=triggered_by)
+
+    return creation.create(
+        project=project,
+        environment=environment,
+        request={"rollback": environment, "to": to_deployment_id},
+        plan=plan,
+        triggered_by=triggered_by,
+        triggered_by_user=triggered_by_user,
+        idempotency_key=clean_idempotency_key(idempotency_key),
+        override_freeze=override_freeze,
+    )
 
 
 def _chosen(project: Project, environment: str, deployment_id: int, current: Deployment):

@@ -5,25 +5,22 @@ functions; none of them changes a deployment any other way. Functions are keywor
 raise the domain errors of ``deployments.errors``.
 """
 
-import hashlib
-import json
 from dataclasses import dataclass
 
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.utils import timezone
 
-from deployments import conf, environments, lifecycle, policy
-from deployments.environments import Gate
+from deployments import conf, creation, lifecycle, policy
+from deployments.creation import audit
 from deployments.errors import (
     DeploymentNotFound,
-    IdempotencyConflict,
     InvalidRequest,
     NotCancellable,
     NotRetryable,
     PipelineNotFound,
     ProjectNotFound,
 )
-from deployments.events import emit, emit_approval_requested, log_deployment
+from deployments.events import log_deployment
 from deployments.locks import lock_environment
 from deployments.models import (
     NOT_STARTED,
@@ -41,13 +38,10 @@ from deployments.validation import (
     clean_params,
     clean_ref,
 )
-from jobs.models import AuditLog, Job
-from jobs.services import enqueue, job_snooze
-from project.constraints import violates
+from jobs.models import Job
+from jobs.services import job_snooze
 
 S = DeploymentStatus
-RUN_TASK = "deployments.run"
-RUN_QUEUE = "deployments"
 
 
 def deployment_create(
@@ -76,50 +70,36 @@ def deployment_create(
     environment = clean_environment(environment or project.default_environment)
     pipeline_name = pipeline or project.default_pipeline
     params = clean_params(params)
-    idempotency_key = clean_idempotency_key(idempotency_key)
     request = {"ref": ref, "environment": environment, "pipeline": pipeline_name, "params": params}
-    if override_freeze:
-        request["override_freeze"] = True
-    fingerprint = _fingerprint(**request)
-    with transaction.atomic():
-        lock_environment(project.pk, environment)
-        if idempotency_key is not None:
-            existing = _replay(project, idempotency_key, fingerprint)
-            if existing is not None:
-                return existing
+
+    def plan() -> creation.Plan:
         found = Pipeline.objects.filter(project=project, name=pipeline_name).first()
         if found is None:
             raise PipelineNotFound(f"project {project.slug} has no pipeline {pipeline_name!r}")
         steps = found.snapshot()
         if not steps:
             raise InvalidRequest(f"pipeline {pipeline_name!r} has no steps", field="pipeline")
-        gate = environments.gate(project, environment, ref=ref, override_freeze=override_freeze)
-        try:
-            with transaction.atomic():
-                deployment = _insert(
-                    project,
-                    gate,
-                    environment=environment,
-                    ref=ref,
-                    pipeline=found,
-                    pipeline_name=pipeline_name,
-                    params=params,
-                    steps=steps,
-                    timeout=project.deployment_timeout,
-                    triggered_by=triggered_by,
-                    triggered_by_user=triggered_by_user,
-                    idempotency_key=idempotency_key,
-                    request_fingerprint=fingerprint if idempotency_key else "",
-                )
-        except IntegrityError as exc:
-            if not violates(exc, Deployment, "deployment_idempotency_unique"):
-                raise
-            # The same key was used at the same moment for another environment.
-            existing = _replay(project, idempotency_key, fingerprint)
-            if existing is None:
-                raise
-            return existing
-        return _announce_new(deployment, gate, actor=triggered_by)
+        return creation.Plan(
+            fields={
+                "ref": ref,
+                "pipeline": found,
+                "pipeline_name": pipeline_name,
+                "params": params,
+                "steps": steps,
+                "timeout": project.deployment_timeout,
+            }
+        )
+
+    return creation.create(
+        project=project,
+        environment=environment,
+        request=request,
+        plan=plan,
+        triggered_by=triggered_by,
+        triggered_by_user=triggered_by_user,
+        idempotency_key=clean_idempotency_key(idempotency_key),
+        override_freeze=override_freeze,
+    )
 
 
 def deployment_retry(
@@ -136,48 +116,41 @@ def deployment_retry(
     lineage of a rollback it re-runs). Raises NotRetryable unless the original has
     finished. The environment's rules apply as for a trigger.
     """
-    idempotency_key = clean_idempotency_key(idempotency_key)
-    with transaction.atomic():
-        original = _deployment(deployment_id)
-        lock_environment(original.project_id, original.environment)
-        fingerprint = _fingerprint(retry_of=original.pk)
-        if idempotency_key is not None:
-            existing = _replay(original.project, idempotency_key, fingerprint)
-            if existing is not None:
-                return existing
+    original = _deployment(deployment_id)
+
+    def plan() -> creation.Plan:
         original.refresh_from_db(fields=["status"])
         if not original.is_finished:
             raise NotRetryable(
                 f"deployment {original.pk} is {original.status}: only a finished one can be retried"
             )
-        gate = environments.gate(
-            original.project,
-            original.environment,
-            ref=original.ref,
-            override_freeze=override_freeze,
+        return creation.Plan(
+            fields={
+                "ref": original.ref,
+                "commit_sha": original.commit_sha,
+                "pipeline": original.pipeline,
+                "pipeline_name": original.pipeline_name,
+                "params": original.params,
+                "steps": original.steps,
+                "timeout": original.timeout,
+                "retry_of": original,
+                "attempt": original.attempt + 1,
+                "rollback_of_id": original.rollback_of_id,
+                "undoes_id": original.undoes_id,
+            },
+            audit=("deployment.retry", original, {}),
         )
-        deployment = _insert(
-            original.project,
-            gate,
-            environment=original.environment,
-            ref=original.ref,
-            commit_sha=original.commit_sha,
-            pipeline=original.pipeline,
-            pipeline_name=original.pipeline_name,
-            params=original.params,
-            steps=original.steps,
-            timeout=original.timeout,
-            retry_of=original,
-            attempt=original.attempt + 1,
-            rollback_of_id=original.rollback_of_id,
-            undoes_id=original.undoes_id,
-            triggered_by=triggered_by,
-            triggered_by_user=triggered_by_user,
-            idempotency_key=idempotency_key,
-            request_fingerprint=fingerprint if idempotency_key else "",
-        )
-        audit(triggered_by, "deployment.retry", original, {"new_deployment": deployment.pk})
-        return _announce_new(deployment, gate, actor=triggered_by)
+
+    return creation.create(
+        project=original.project,
+        environment=original.environment,
+        request={"retry_of": original.pk},
+        plan=plan,
+        triggered_by=triggered_by,
+        triggered_by_user=triggered_by_user,
+        idempotency_key=clean_idempotency_key(idempotency_key),
+        override_freeze=override_freeze,
+    )
 
 
 def deployment_cancel(*, deployment_id: int, actor: str) -> Deployment:
@@ -286,63 +259,3 @@ def _deployment(deployment_id: int) -> Deployment:
     if found is None:
         raise DeploymentNotFound(f"no deployment {deployment_id}")
     return found
-
-
-def _fingerprint(**request) -> str:
-    return hashlib.sha256(json.dumps(request, sort_keys=True).encode()).hexdigest()
-
-
-def _replay(project: Project, key: str, fingerprint: str) -> Deployment | None:
-    existing = (
-        Deployment.objects.select_related("project")
-        .filter(project=project, idempotency_key=key)
-        .first()
-    )
-    if existing is not None and existing.request_fingerprint != fingerprint:
-        raise IdempotencyConflict(f"idempotency key {key!r} was used for a different request")
-    return existing
-
-
-def _insert(project: Project, gate: Gate, **fields) -> Deployment:
-    now = timezone.now()
-    deployment = Deployment.objects.create(
-        project=project, created_at=now, updated_at=now, status=gate.status, **fields
-    )
-    if gate.status == S.PENDING:
-        enqueue_run(deployment, run_after=gate.run_after(now))
-    return deployment
-
-
-def enqueue_run(deployment: Deployment, *, run_after=None) -> None:
-    """Write the job that runs ``deployment`` (published when the transaction commits)."""
-    job = enqueue(RUN_TASK, {"deployment_id": deployment.pk}, queue=RUN_QUEUE, run_after=run_after)
-    deployment.job_id = job.pk
-    Deployment.objects.filter(pk=deployment.pk).update(job_id=job.pk)
-
-
-def _announce_new(deployment: Deployment, gate: Gate, *, actor: str) -> Deployment:
-    if gate.overridden is not None:
-        audit(
-            actor,
-            "deployment.freeze_override",
-            deployment,
-            {"window": gate.overridden.name, "closes_at": gate.overridden.closes_at.isoformat()},
-        )
-    if deployment.status == S.PENDING:
-        policy.on_create(deployment, deployment.project.concurrency_policy)
-    log_deployment("deployment.created", deployment, job_id=deployment.job_id)
-    emit("deployment.created", deployment)
-    if deployment.status == S.WAITING_APPROVAL:
-        emit_approval_requested(deployment, gate.rules, environments.approvers(gate.rules))
-    return deployment
-
-
-def audit(actor: str, action: str, deployment: Deployment, details: dict) -> None:
-    """Record an operator's action on ``deployment`` in the audit log."""
-    AuditLog.objects.create(
-        actor=actor,
-        action=action,
-        target_type="deployment",
-        target_id=str(deployment.pk),
-        details=details,
-    )
