@@ -17,7 +17,7 @@ from pathlib import Path
 from django.db import transaction
 
 from deployments.git import GitError
-from deployments.maintenance.notices import notify_staff
+from deployments.maintenance.notices import announce_to_staff
 from deployments.models import Workspace
 from deployments.workspaces import LockBusy, fetch, project_lock
 from project.redaction import redact_text, redact_url
@@ -63,7 +63,7 @@ def _record_failure(workspace: Workspace, error: str) -> None:
             extra={"project": workspace.project.slug, "repo": repo, "error": error[:300]},
         )
         if was_healthy:
-            notify_staff(
+            announce_to_staff(
                 "workspace.sync_failed",
                 {"project": workspace.project.slug, "repo": repo, "error": error[:1000]},
             )

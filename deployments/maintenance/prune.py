@@ -23,7 +23,7 @@ from django.utils import timezone
 
 from deployments import conf
 from deployments.git import GitError, git
-from deployments.maintenance.notices import notify_staff
+from deployments.maintenance.notices import announce_to_staff
 from deployments.models import ACTIVE, Worktree
 from deployments.workspaces import LockBusy, project_lock
 
@@ -96,7 +96,7 @@ def _warn(now, threshold, lead) -> int:
             ).update(prune_warning_at=now)
             if marked:
                 prune_at = max(worktree.last_used_at + threshold, now + lead)
-                notify_staff(
+                announce_to_staff(
                     "worktree.prune_pending", _notice(worktree, prune_at=prune_at.isoformat())
                 )
                 count += 1
@@ -125,5 +125,5 @@ def _remove(worktree: Worktree, now, threshold, lead) -> int:
             shutil.rmtree(path, ignore_errors=True)
             git("worktree", "prune", cwd=workspace.path)
         fresh.delete()
-        notify_staff("worktree.pruned", _notice(worktree))
+        announce_to_staff("worktree.pruned", _notice(worktree))
     return 1
