@@ -35,9 +35,12 @@ def _check_task_declarations() -> None:
     from django.utils.module_loading import autodiscover_modules
 
     from jobs import limits, unique
+    from jobs.task import JobTask
     from project.celery import app
 
     # Celery's own loader would set Django up again (populate() is not reentrant here).
     autodiscover_modules("tasks")
     unique.check_declared(app.tasks.values())
-    limits.check_declared(app.tasks.values())
+    for task in app.tasks.values():
+        limit = getattr(task, "limit", None)
+        limits.check_declared(task.name, limit, on_job_task=isinstance(task, JobTask))

@@ -166,20 +166,16 @@ def limit_of(task) -> Limit | None:
     return limit if isinstance(limit, Limit) else None
 
 
-def check_declared(tasks) -> None:
+def check_declared(task_name: str, limit, *, on_job_task: bool) -> None:
     """Fail start-up (ImproperlyConfigured naming the task) on a bad ``limit`` declaration."""
-    from jobs.task import JobTask
-
-    for task in tasks:
-        limit = getattr(task, "limit", None)
-        if limit is None:
-            continue
-        if not isinstance(task, JobTask):
-            raise ImproperlyConfigured(
-                f"task {task.name!r}: a limit needs a job task (base=jobs.task.JobTask)"
-            )
-        if not isinstance(limit, Limit):
-            raise ImproperlyConfigured(
-                f"task {task.name!r}: limit must be a jobs.limits.Limit, not {limit!r}"
-            )
-        limit.check(task.name)
+    if limit is None:
+        return
+    if not on_job_task:
+        raise ImproperlyConfigured(
+            f"task {task_name!r}: a limit needs a job task (base=jobs.task.JobTask)"
+        )
+    if not isinstance(limit, Limit):
+        raise ImproperlyConfigured(
+            f"task {task_name!r}: limit must be a jobs.limits.Limit, not {limit!r}"
+        )
+    limit.check(task_name)

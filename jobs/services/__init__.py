@@ -6,7 +6,6 @@ Each state change goes through ``jobs.transitions.transition`` and logs one stru
 from jobs.services.base import log_job
 from jobs.services.dead_letters import (
     dead_letter,
-    job_bury,
     notice_topic,
     notify_staff,
     staff_ids,
@@ -15,6 +14,7 @@ from jobs.services.enqueue import enqueue, enqueue_many, validate_priority
 from jobs.services.operator import job_cancel, job_retry
 from jobs.services.runs import (
     CLAIM_CLOCK_SKEW,
+    job_bury,
     job_claim,
     job_heartbeat,
     job_snooze,

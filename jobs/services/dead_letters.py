@@ -1,32 +1,10 @@
-"""Bury dead jobs with their dead letter, and put notices in the operators' inboxes."""
+"""A dead job's dead letter (audit row, staff notices, the job_dead signal), and notices."""
 
 from django.contrib.auth import get_user_model
-from django.db.models import Q
 
-from jobs.attempts import error_info
 from jobs.models import AuditLog, Job, JobReason, Notification
-from jobs.services.base import S, log_job
+from jobs.services.base import log_job
 from jobs.signals import job_dead
-
-
-def job_bury(
-    where: Q, *, error: str, reason: JobReason = JobReason.PERMANENT, actor: str = "system"
-) -> list[Job]:
-    """End the running jobs matching ``where`` ``dead`` with ``error``; return them as now.
-
-    For an operator or a test that ends runs by hand; each goes through jobs.completer like
-    any other end, so its dead letter is written in the same transaction as the change.
-    """
-    from jobs import completer
-    from jobs.outcome import Decision
-
-    decision = Decision(S.DEAD, reason, error=error_info(None, message=error))
-    ended = []
-    for job in Job.objects.filter(where, status=S.RUNNING):
-        done = completer.finish(decision, job, actor=actor)
-        if done is not None:
-            ended.append(done)
-    return ended
 
 
 def dead_letter(job: Job, *, actor: str) -> None:

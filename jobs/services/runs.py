@@ -8,7 +8,8 @@ from django.db.models import Q
 from django.utils import timezone
 
 from jobs import completer, conf, outcome, statements
-from jobs.models import Job
+from jobs.attempts import error_info
+from jobs.models import Job, JobReason
 from jobs.publish import publish_on_commit
 from jobs.services.base import S, log_job, this_run
 from jobs.transitions import update_returning
@@ -66,3 +67,20 @@ def job_wake(job_id: int) -> Job | None:
     log_job("job.woken", rows[0])
     publish_on_commit(rows)
     return rows[0]
+
+
+def job_bury(
+    where: Q, *, error: str, reason: JobReason = JobReason.PERMANENT, actor: str = "system"
+) -> list[Job]:
+    """End the running jobs matching ``where`` ``dead`` with ``error``; return them as now.
+
+    For an operator or a test that ends runs by hand; each goes through jobs.completer like
+    any other end, so its dead letter is written in the same transaction as the change.
+    """
+    decision = outcome.Decision(S.DEAD, reason, error=error_info(None, message=error))
+    ended = []
+    for job in Job.objects.filter(where, status=S.RUNNING):
+        done = completer.finish(decision, job, actor=actor)
+        if done is not None:
+            ended.append(done)
+    return ended
