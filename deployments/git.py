@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlsplit, urlunsplit
 
+from project import env as process_env
 from project.redaction import redact_text, url_password
 
 GIT_TIMEOUT_SECONDS = 900
@@ -74,9 +75,7 @@ def url_credentials(url: str) -> Credentials | None:
 
 def git_environment(credentials: Credentials | None = None) -> dict[str, str]:
     """Return the environment for git: enough to find it and its credentials, no prompts."""
-    env = {
-        name: os.environ[name] for name in ("PATH", "HOME", "SSH_AUTH_SOCK") if name in os.environ
-    }
+    env = process_env.inherited(("PATH", "HOME", "SSH_AUTH_SOCK"))
     env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
     env.update(
         LANG="C",

@@ -121,3 +121,14 @@ def choice(name: str, default: str, choices: tuple[str, ...]) -> str:
     if raw not in choices:
         raise ImproperlyConfigured(f"{name}: {raw!r} is not one of {', '.join(choices)}")
     return raw
+
+
+def inherited(names) -> dict[str, str]:
+    """This process's variables among ``names``, for a child it starts (git, a step)."""
+    return {name: os.environ[name] for name in names if name in os.environ}
+
+
+def variable(name: str) -> str | None:
+    """Variable ``name`` of this process, or None: a value a projects file names by
+    ``from_env``, read when the file is applied (never a ``CONVEYOR_*`` setting)."""
+    return os.environ.get(name)

@@ -43,6 +43,7 @@ from deployments.models import ConcurrencyPolicy
 from deployments.projects_as_code.environments import EnvironmentSpec, parse_environments
 from deployments.runner.masking import MIN_SECRET_LENGTH
 from deployments.validation import NAME, clean_environment, matches
+from project import env as process_env
 from project.env import parse_duration
 
 SLUG = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
@@ -287,12 +288,13 @@ def _secrets(raw: object, where: str, errors: list[str]) -> dict:
     for name, value in raw.items():
         if isinstance(value, dict) and set(value) == {"from_env"}:
             source = value["from_env"]
-            if not isinstance(source, str) or source not in os.environ:
+            found = process_env.variable(source) if isinstance(source, str) else None
+            if found is None:
                 errors.append(
                     f"{where}.{name}.from_env: environment variable {source!r} is not set"
                 )
                 continue
-            value = os.environ[source]
+            value = found
         if not isinstance(value, str) or not value:
             errors.append(f"{where}.{name}: must be a non-empty string or {{from_env: VAR}}")
             continue

@@ -1,9 +1,9 @@
 """Build the explicit environment a step runs with: never the worker's whole environment."""
 
-import os
 import re
 
 from deployments.models import Deployment, Project
+from project import env as process_env
 
 # Taken from the worker's environment when set there; nothing else of it reaches a step.
 ALLOWED = ("PATH", "HOME", "LANG", "LC_ALL", "TZ")
@@ -28,7 +28,7 @@ def step_environment(
     project secrets, and finally ``CONVEYOR_*`` facts about the deployment (not overridable).
     """
     env = dict(DEFAULTS)
-    env.update({name: os.environ[name] for name in ALLOWED if name in os.environ})
+    env.update(process_env.inherited(ALLOWED))
     env.update(_strings(project.env))
     env.update(_strings(step.get("env")))
     env.update({f"CONVEYOR_PARAM_{k.upper()}": v for k, v in _strings(deployment.params).items()})
