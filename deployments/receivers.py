@@ -17,6 +17,7 @@ from deployments import lifecycle
 from deployments.creation import RUN_TASK
 from deployments.models import Deployment, DeploymentStatus, FailureReason
 from jobs.models import JobReason
+from jobs.services import notify_staff
 from jobs.signals import job_cancelled, job_dead
 
 logger = logging.getLogger("deployments")
@@ -41,10 +42,16 @@ def fail_deployment_of_dead_job(sender, job, reason: JobReason, **kwargs) -> Non
             lifecycle.fail_lost(
                 int(deployment_id), job_id=job.pk, reason=failure, error=job.last_error
             )
-    except Exception:
+    except Exception as exc:  # a bug: the job stays dead, operators are told what is stuck
         logger.exception(
             "deployment.fail_on_dead_job_failed",
             extra={"deployment_id": deployment_id, "job_id": job.pk},
+        )
+        notify_staff(
+            topic="deployment.fail_on_dead_job_failed",
+            title=f"deployment {deployment_id} could not be failed after its job {job.pk} died",
+            body=f"{type(exc).__name__}: {exc}"[:2000],
+            data={"deployment_id": deployment_id, "job_id": job.pk},
         )
 
 

@@ -12,6 +12,7 @@ import logging
 from django.db import transaction
 
 from jobs.models import Job
+from jobs.services import notify_staff
 from webhooks import services
 from webhooks.dispatch import DELIVER_TASK, notify
 
@@ -26,8 +27,14 @@ def on_job_dead(sender, job: Job, **kwargs) -> None:
                 services.delivery_mark_dead(job)
             elif not job.task.startswith("webhooks."):
                 notify("job.dead", job_dead_data(job))
-    except Exception:
+    except Exception as exc:  # a bug: the burial stands, operators are told what was missed
         logger.exception("webhook.job_dead_failed", extra={"job_id": job.pk, "task": job.task})
+        notify_staff(
+            topic="webhook.job_dead_failed",
+            title=f"the dead {job.task} job {job.pk} could not be followed up",
+            body=f"{type(exc).__name__}: {exc}"[:2000],
+            data={"job_id": job.pk, "task": job.task},
+        )
 
 
 def job_dead_data(job: Job) -> dict:
