@@ -14,24 +14,22 @@ from django.utils import timezone
 
 from deployments.models import FINISHED, TRANSITIONS, Deployment, DeploymentStatus
 from jobs.errors import IllegalTransition
-from jobs.transitions import update_returning
+from project import state_machine
+from project.state_machine import update_returning
 
 S = DeploymentStatus
 
 
 def sources_of(to: str) -> frozenset[str]:
     """Return every status from which ``to`` may be reached."""
-    return frozenset(src for src, targets in TRANSITIONS.items() if to in targets)
+    return state_machine.sources_of(TRANSITIONS, to)
 
 
 def transition(
     where: Q, to: DeploymentStatus, *, from_: Iterable[str] | None = None, **changes
 ) -> list[Deployment]:
     """Move the deployments matching ``where`` to ``to``; return them as they are now."""
-    allowed = sources_of(to)
-    sources = allowed if from_ is None else frozenset(from_)
-    if not sources or not sources <= allowed:
-        raise IllegalTransition(f"{sorted(sources - allowed) or '[]'} -> {to} is not allowed")
+    sources = state_machine.allowed_sources(TRANSITIONS, to, from_, IllegalTransition)
     now = timezone.now()
     changes = {"status": to, "updated_at": now, **changes}
     if to == S.RUNNING:

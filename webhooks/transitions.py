@@ -5,13 +5,14 @@ from collections.abc import Iterable
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
+from project import state_machine
 from webhooks.errors import DeliveryConflict
 from webhooks.models import TRANSITIONS, Delivery, DeliveryStatus
 
 
 def sources_of(to: str) -> frozenset[str]:
     """Return every status from which ``to`` may be reached."""
-    return frozenset(src for src, targets in TRANSITIONS.items() if to in targets)
+    return state_machine.sources_of(TRANSITIONS, to)
 
 
 def delivery_move(
@@ -34,9 +35,6 @@ def delivery_move_update(
     For a caller that sends the move in one statement with other writes
     (``webhooks.statements``); the checks are the same and happen here.
     """
-    allowed = sources_of(to)
-    sources = allowed if from_ is None else frozenset(from_)
-    if not sources or not sources <= allowed:
-        raise DeliveryConflict(f"{sorted(sources - allowed)} -> {to} is not allowed")
+    sources = state_machine.allowed_sources(TRANSITIONS, to, from_, DeliveryConflict)
     changes.setdefault("updated_at", timezone.now())
     return Delivery.objects.filter(where, status__in=sources), {"status": to, **changes}
