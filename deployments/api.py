@@ -260,7 +260,8 @@ def get_logs(request: HttpRequest, deployment_id: int, query: Query[LogsQuery]):
         chunk = selectors.deployment_logs(
             deployment=deployment, offset=query.offset, limit_bytes=query.limit, ansi=query.ansi
         )
-        return chunk if chunk["text"] or chunk["complete"] else None
+        moved = chunk["next_offset"] > query.offset  # e.g. past escapes stripped to ""
+        return chunk if chunk["text"] or chunk["complete"] or moved else None
 
     found = _wait_for(read, query.wait) if query.wait else read()
     return found or selectors.deployment_logs(

@@ -14,7 +14,7 @@ from tests.browser.waiting import wait_for_js
 from tests.conftest import WORKER_ENV as DEPLOY_ENV
 from tests.deployments.conftest import wait_for
 
-HOSTILE = "<script>window.__xss=1</script> \"><img src=x onerror=\"window.__xss=2\">"
+HOSTILE = '<script>window.__xss=1</script> "><img src=x onerror="window.__xss=2">'
 BUILD = "\n".join(
     [
         r"printf '\033[1;31mred bold\033[0m plain \033[32mgreen\033[0m\n'",
@@ -71,9 +71,10 @@ def test_a_finished_deployments_log_has_sections_colours_search_and_download(
     assert red.text_content() == "red bold"
     assert red.evaluate("e => getComputedStyle(e).color") == "rgb(224, 82, 82)"
     assert red.evaluate("e => getComputedStyle(e).fontWeight") == "700"
-    assert build.locator("span.ansi-fg2").first.evaluate(
-        "e => getComputedStyle(e).color"
-    ) == "rgb(95, 195, 95)"
+    assert (
+        build.locator("span.ansi-fg2").first.evaluate("e => getComputedStyle(e).color")
+        == "rgb(95, 195, 95)"
+    )
     log_text = page.locator("#deployment-log pre").text_content()
     assert "\x1b" not in log_text and "a title" not in log_text and "after the title" in log_text
 
