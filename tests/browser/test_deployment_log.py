@@ -8,7 +8,12 @@ the raw log. Screenshots at 1440 and 1024 px go to ``var/test/screenshots/``.
 
 from pathlib import Path
 
+from django.db.models import Q
+
+from deployments.runner.logwriter import LogWriter
+from deployments.runner.masking import SecretMasker
 from deployments.services import deployment_create
+from deployments.transitions import transition
 from tests.browser.test_console import shot
 from tests.browser.waiting import wait_for_js
 from tests.conftest import WORKER_ENV as DEPLOY_ENV
@@ -123,3 +128,28 @@ def test_a_finished_deployments_log_has_sections_colours_search_and_download(
     assert download.value.suggested_filename == f"logs-deployment-{deployment.pk}.log"
     assert b"\x1b[1;31mred bold\x1b[0m" in saved and HOSTILE.encode() in saved
     assert b"conveyor: step deploy exited 3" in saved
+
+
+def test_a_long_log_shows_its_tail_and_loads_earlier_output(admin_page, make_project):
+    deployment = deployment_create(project=make_project("long"), ref="main")
+    transition(Q(pk=deployment.pk), "running")
+    writer = LogWriter(deployment.pk, SecretMasker([]))
+    for number in range(3000):  # 300 KB: more than the page's first look (256 KiB)
+        writer.write(f"\x1b[36mline {number:04d}\x1b[0m {'.' * 88}\n".encode())
+    writer.flush(final=True)
+    transition(Q(pk=deployment.pk), "success")
+    page = admin_page
+    page.goto(f"/admin/deployments/deployment/{deployment.pk}/change/")
+    page.wait_for_selector("#deployment-log .log-line")
+    lines = page.locator("#deployment-log .log-line")
+    first_shown = lines.first.text_content()
+    assert first_shown.startswith("line ") and not first_shown.startswith("line 0000")
+    assert lines.last.text_content().startswith("line 2999")
+    page.click(".log-earlier")
+    wait_for_js(
+        page,
+        "document.querySelector('#deployment-log .log-line').textContent.startsWith('line 0000')",
+    )
+    assert lines.count() == 3000
+    assert page.locator(".log-earlier").is_hidden()
+    assert lines.nth(1500).locator("span.ansi-fg6").text_content() == "line 1500"
