@@ -12,7 +12,8 @@ A page of the log is ``{lines, start, next_offset, complete, style, steps}``:
   printed: the runner stores output at least every LOG_FLUSH_SECONDS, so the lines of one
   chunk share its time. That is all the precision the log has.
 * ``style``: the colour state at the end, which the next request passes back (``style=``),
-  since a colour set on one line stays on until reset, as in a terminal.
+  since a colour set on one line stays on until reset, as in a terminal (but not past the
+  end of its step).
 * ``steps``: every step run with its name, status, start, duration, exit code and log range.
 """
 
@@ -95,11 +96,15 @@ def _lines(data: bytes, base: int, bounds: tuple, times: list, sections: list, s
     skip, end, ended = bounds
     state = log_render.Style.from_classes(style)
     time_offsets = [at for at, _ in times]
+    # Each step is a process of its own: a colour one left on ends with it.
+    boundaries = {s[key] for s in sections for key in ("log_start", "log_end")} - {None}
     lines = []
     position = skip
     while position < end:
         newline = data.find(b"\n", position, end)
         stop = end if newline == -1 else newline
+        if base + position in boundaries:
+            state = log_render.Style()
         spans, state = log_render.render_line(
             data[position:stop].decode("utf-8", errors="replace"), state
         )

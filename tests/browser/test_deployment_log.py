@@ -153,3 +153,40 @@ def test_a_long_log_shows_its_tail_and_loads_earlier_output(admin_page, make_pro
     assert lines.count() == 3000
     assert page.locator(".log-earlier").is_hidden()
     assert lines.nth(1500).locator("span.ansi-fg6").text_content() == "line 1500"
+
+
+def test_a_running_deployments_sections_follow_it_live(admin_page, make_project, start_worker):
+    project = make_project(
+        "live",
+        pipelines={
+            "default": [
+                {"name": "prepare", "command": r"printf '\033[35mpreparing\n'; sleep 3"},
+                {"name": "count", "command": "for i in 1 2 3 4; do echo tick $i; sleep 1; done"},
+            ]
+        },
+    )
+    deployment = deployment_create(project=project, ref="main")
+    start_worker(queues="deployments", concurrency=1, env=DEPLOY_ENV)
+    wait_for(deployment, "running")
+    page = admin_page
+    page.goto(f"/admin/deployments/deployment/{deployment.pk}/change/")
+    page.wait_for_selector("#deployment-log details.log-step")
+    first = page.locator("#deployment-log details.log-step").first
+    wait_for_js(page, "document.querySelectorAll('#deployment-log details.log-step').length === 2")
+    # The first step's header followed it from running to success; the colour it set (and
+    # never reset) stays on for the rest of the step, across the page's requests, not after.
+    head = first.locator("summary").first
+    assert "success" in head.text_content() and "exit 0" in head.text_content()
+    assert first.locator("span.ansi-fg5").first.text_content() == "preparing"
+    wait_for_js(
+        page, "document.querySelector('#deployment-log pre').textContent.includes('tick 4')"
+    )
+    assert first.locator(".log-line").last.locator("span.ansi-fg5").count() == 1
+    second = page.locator("#deployment-log details.log-step").nth(1)
+    assert second.locator(".log-line span[class]").count() == 0
+    wait_for(deployment, "success")
+    wait_for_js(
+        page, "document.querySelector('#deployment-log .log-status').textContent === 'complete'"
+    )
+    text = page.locator("#deployment-log details.log-step").nth(1).text_content()
+    assert [text.count(f"tick {i}\n") for i in range(1, 5)] == [1, 1, 1, 1]

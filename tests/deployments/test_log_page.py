@@ -61,11 +61,13 @@ def test_lines_fall_into_their_steps_and_markers_open_groups(deployment):
         f"--- {ESC}[1mCompiling{ESC}[0m\ncc main.c\n+++ Tests\nok\n",
         0,
     )
-    test = run_step(writer, deployment, 2, "test", "boom\n", 1)
+    test = run_step(writer, deployment, 2, "test", f"boom {ESC}[31mred, never reset\n", 1)
+    writer.line("conveyor: after the steps")
+    writer.flush()
     transition(Q(pk=deployment.pk), "failed")
     page = log_page(deployment=deployment, offset=0, limit_bytes=1 << 20)
 
-    assert texts(page, None) == ["conveyor: checkout"]
+    assert texts(page, None) == ["conveyor: checkout", "conveyor: after the steps"]
     assert texts(page, build.pk) == [
         "conveyor: step 1 build",
         "Compiling",
@@ -76,7 +78,16 @@ def test_lines_fall_into_their_steps_and_markers_open_groups(deployment):
     ]
     groups = [(line["g"], line["c"]) for line in page["lines"] if "g" in line]
     assert groups == [("closed", [["ansi-bold", "Compiling"]]), ("open", [["", "Tests"]])]
-    assert texts(page, test.pk) == ["conveyor: step 2 test", "boom", "conveyor: step test exited 1"]
+    assert texts(page, test.pk) == [
+        "conveyor: step 2 test",
+        "boom red, never reset",
+        "conveyor: step test exited 1",
+    ]
+    # A colour a step leaves on ends with the step.
+    assert [line["c"] for line in page["lines"] if line["s"] == test.pk][2] == [
+        ["ansi-fg1", "conveyor: step test exited 1"]
+    ]
+    assert page["lines"][-1]["c"] == [["", "conveyor: after the steps"]]
     assert page["complete"] and page["next_offset"] == writer.end
     steps = {s["name"]: s for s in page["steps"]}
     assert steps["test"]["exit_code"] == 1 and steps["test"]["status"] == "failed"
