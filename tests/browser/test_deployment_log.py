@@ -10,6 +10,7 @@ from pathlib import Path
 
 from django.db.models import Q
 
+from deployments.models import StepRun
 from deployments.runner.logwriter import LogWriter
 from deployments.runner.masking import SecretMasker
 from deployments.services import deployment_create
@@ -134,13 +135,17 @@ def test_a_long_log_shows_its_tail_and_loads_earlier_output(admin_page, make_pro
     deployment = deployment_create(project=make_project("long"), ref="main")
     transition(Q(pk=deployment.pk), "running")
     writer = LogWriter(deployment.pk, SecretMasker([]))
+    run = StepRun.objects.create(
+        deployment=deployment, position=1, name="long", status="success", exit_code=0, log_start=0
+    )
     for number in range(3000):  # 300 KB: more than the page's first look (256 KiB)
         writer.write(f"\x1b[36mline {number:04d}\x1b[0m {'.' * 88}\n".encode())
     writer.flush(final=True)
+    StepRun.objects.filter(pk=run.pk).update(log_end=writer.end)
     transition(Q(pk=deployment.pk), "success")
     page = admin_page
     page.goto(f"/admin/deployments/deployment/{deployment.pk}/change/")
-    page.wait_for_selector("#deployment-log .log-line")
+    page.wait_for_selector("#deployment-log .log-line", state="attached")  # in a closed step
     lines = page.locator("#deployment-log .log-line")
     first_shown = lines.first.text_content()
     assert first_shown.startswith("line ") and not first_shown.startswith("line 0000")
@@ -153,6 +158,16 @@ def test_a_long_log_shows_its_tail_and_loads_earlier_output(admin_page, make_pro
     assert lines.count() == 3000
     assert page.locator(".log-earlier").is_hidden()
     assert lines.nth(1500).locator("span.ansi-fg6").text_content() == "line 1500"
+
+    # Scrolled into the middle of the step, its header stays at the top of the log box.
+    page.locator("#deployment-log details.log-step > summary").click()
+    page.eval_on_selector("#deployment-log pre", "pre => { pre.scrollTop = 20000; }")
+    head_top = page.eval_on_selector(
+        "#deployment-log .log-step-head", "h => h.getBoundingClientRect().top"
+    )
+    box_top = page.eval_on_selector("#deployment-log pre", "p => p.getBoundingClientRect().top")
+    assert abs(head_top - box_top) < 2
+    shot(page, "deployment-log-long-scrolled")
 
 
 def test_a_running_deployments_sections_follow_it_live(admin_page, make_project, start_worker):
