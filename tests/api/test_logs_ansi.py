@@ -1,5 +1,7 @@
 """The logs endpoint's text: escape sequences stripped by default, kept with ``ansi=true``."""
 
+import time
+
 from django.db.models import Q
 
 from deployments.models import LogChunk
@@ -65,3 +67,14 @@ def test_a_running_log_holds_an_unfinished_sequence_at_its_end(make_project, mak
     writer.flush()
     page = api.get(f"/deployments/{deployment.pk}/logs", offset=5).json()
     assert page["text"] == "red\n"
+
+
+def test_a_long_poll_answers_once_it_read_past_escapes_that_strip_to_nothing(
+    make_project, make_api
+):
+    deployment = written(make_project, b"\x1b[2K\x1b[1G", finished=False)
+    api = make_api("admin")
+    began = time.monotonic()
+    page = api.get(f"/deployments/{deployment.pk}/logs", wait=5).json()
+    assert page == {"text": "", "next_offset": 8, "complete": False}
+    assert time.monotonic() - began < 3  # it did not wait for text that will never come
