@@ -6,12 +6,12 @@ Cancel and retry are admin actions that call the same services as the API.
 from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
-from django.http import JsonResponse
-from django.shortcuts import get_object_or_404, redirect
+from django.shortcuts import redirect
 from django.urls import path, reverse
 
-from deployments import selectors, services, timeline
+from deployments import services, timeline
 from deployments.admin_environments import ApprovalAdminMixin
+from deployments.admin_logs import LogViewsMixin
 from deployments.approval_status import approval_status
 from deployments.errors import DeploymentError
 from deployments.models import (
@@ -30,10 +30,6 @@ from project.admin_base import ConveyorModelAdmin
 from project.admin_permissions import permission_check
 from project.redaction import redact_url, url_password
 
-# The page shows this much of the log's end first; "Load earlier" fetches this much more.
-LOG_TAIL_BYTES = 64 * 1024
-# One request of the page's log follower reads at most this much.
-LOG_PAGE_BYTES = 256 * 1024
 # How many links of the retry_of chain the page follows back.
 CHAIN_LIMIT = 20
 REFRESH_SECONDS = 2
@@ -93,7 +89,7 @@ class PipelineAdmin(ConveyorModelAdmin):
 
 
 @admin.register(Deployment)
-class DeploymentAdmin(ApprovalAdminMixin, ConveyorModelAdmin):
+class DeploymentAdmin(LogViewsMixin, ApprovalAdminMixin, ConveyorModelAdmin):
     list_display = (
         "id",
         "project",
@@ -162,9 +158,7 @@ class DeploymentAdmin(ApprovalAdminMixin, ConveyorModelAdmin):
                 view(self.cancel_view),
                 name="deployments_deployment_cancel",
             ),
-            path(
-                "<int:deployment_id>/log/", view(self.log_view), name="deployments_deployment_log"
-            ),
+            *self.log_urls(),
             *super().get_urls(),
         ]
 
@@ -172,11 +166,6 @@ class DeploymentAdmin(ApprovalAdminMixin, ConveyorModelAdmin):
         deployment = self.get_object(request, unquote(object_id))
         if deployment is None:  # no such deployment, or not an id: Django's redirect
             return super().change_view(request, object_id, form_url, extra_context)
-        size = selectors.deployment_log_size(deployment=deployment)
-        start = max(0, size - LOG_TAIL_BYTES)
-        tail = selectors.deployment_logs(
-            deployment=deployment, offset=start, limit_bytes=LOG_TAIL_BYTES
-        )
         extra = {
             "title": f"{deployment.project.slug} / {deployment.environment} @ {deployment.ref}",
             "deployment": deployment,
@@ -195,28 +184,10 @@ class DeploymentAdmin(ApprovalAdminMixin, ConveyorModelAdmin):
             ),
             "chain": _retry_chain(deployment),
             "retries": list(deployment.retries.order_by("pk").values_list("pk", "status")),
-            "log_start": start,
-            "log_text": tail["text"],
-            "log_next": tail["next_offset"],
-            "log_complete": tail["complete"],
-            "log_chunk": LOG_TAIL_BYTES,
+            **self.log_context(deployment),
             **(extra_context or {}),
         }
         return super().change_view(request, object_id, form_url, extra)
-
-    def log_view(self, request, deployment_id: int):
-        """JSON ``{text, next_offset, complete}`` from ``offset`` (the page's log follower)."""
-        deployment = get_object_or_404(Deployment, pk=deployment_id)
-        if not self.has_view_permission(request, deployment):
-            raise PermissionDenied
-        try:
-            offset = max(0, int(request.GET.get("offset", 0)))
-            limit = min(max(1, int(request.GET.get("limit", LOG_PAGE_BYTES))), LOG_PAGE_BYTES)
-        except ValueError:
-            return JsonResponse({"error": "offset and limit are byte counts"}, status=400)
-        return JsonResponse(
-            selectors.deployment_logs(deployment=deployment, offset=offset, limit_bytes=limit)
-        )
 
     def _button(self, request, deployment_id: int, permission: str, call, done: str):
         if request.method != "POST":

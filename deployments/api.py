@@ -88,6 +88,11 @@ class WaitQuery(Schema):
 class LogsQuery(WaitQuery):
     offset: int = Field(0, ge=0)
     limit: int = Field(MAX_LOG_BYTES, ge=1, le=MAX_LOG_BYTES)
+    ansi: bool = Field(
+        False,
+        description="keep terminal escape sequences (colours, cursor moves) as the step "
+        "printed them; by default they are stripped",
+    )
 
 
 def _visible_projects(token: ApiToken):
@@ -253,13 +258,14 @@ def get_logs(request: HttpRequest, deployment_id: int, query: Query[LogsQuery]):
 
     def read():
         chunk = selectors.deployment_logs(
-            deployment=deployment, offset=query.offset, limit_bytes=query.limit
+            deployment=deployment, offset=query.offset, limit_bytes=query.limit, ansi=query.ansi
         )
-        return chunk if chunk["text"] or chunk["complete"] else None
+        moved = chunk["next_offset"] > query.offset  # e.g. past escapes stripped to ""
+        return chunk if chunk["text"] or chunk["complete"] or moved else None
 
     found = _wait_for(read, query.wait) if query.wait else read()
     return found or selectors.deployment_logs(
-        deployment=deployment, offset=query.offset, limit_bytes=query.limit
+        deployment=deployment, offset=query.offset, limit_bytes=query.limit, ansi=query.ansi
     )
 
 

@@ -20,7 +20,9 @@ DEMO_PROJECTS = {
                         },
                         {
                             "name": "build",
-                            "command": 'for part in 1 2 3; do echo "building part $part"; '
+                            # Group markers and colours, as the log page shows them.
+                            "command": 'for part in 1 2 3; do echo "--- building part $part"; '
+                            "printf '\\033[32mok\\033[0m part %s\\n' \"$part\"; "
                             "sleep 0.3; done",
                         },
                         {
@@ -46,7 +48,8 @@ DEMO_PROJECTS = {
                     "steps": [
                         {
                             "name": "check",
-                            "command": 'echo "checking..."; echo "something is wrong" >&2; exit 1',
+                            "command": 'echo "checking..."; '
+                            "printf '\\033[1;31msomething is wrong\\033[0m\\n' >&2; exit 1",
                         }
                     ],
                 },

@@ -1,5 +1,9 @@
 """Read-only views of deployments for the API, the admin and the commands."""
 
+from dataclasses import dataclass
+from datetime import datetime
+
+from deployments import log_render
 from deployments.conf import LOG_CHUNK_BYTES
 from deployments.errors import DeploymentNotFound
 from deployments.models import FINISHED, Deployment, LogChunk
@@ -72,32 +76,40 @@ def deployment_log_size(*, deployment: Deployment) -> int:
     return last[0] + last[1] if last else 0
 
 
-def deployment_logs(
-    deployment: Deployment | int, offset: int = 0, limit_bytes: int = DEFAULT_LOG_LIMIT
-) -> dict:
-    """Return up to ``limit_bytes`` of log from byte ``offset``: ``{text, next_offset, complete}``.
+@dataclass(frozen=True)
+class LogWindow:
+    """Stored log bytes from ``offset`` (``data``), with what a reader needs around them.
 
-    Offsets count stored (masked) bytes. The slice never splits a UTF-8 character, so
-    ``next_offset`` can be passed back as is; invalid bytes a step printed come back as
-    U+FFFD. ``complete`` is true once the deployment has finished and everything was read.
+    ``times`` lists ``(offset, stored_at)`` of each chunk the bytes come from: the time a
+    chunk was written is the only time the log keeps (the runner stores output at least
+    every LOG_FLUSH_SECONDS, so a line is at most that much older than its chunk).
     """
-    if not isinstance(deployment, Deployment):
-        deployment = deployment_get(deployment_id=int(deployment))
+
+    offset: int
+    data: bytes
+    times: list[tuple[int, datetime]]
+    total: int
+    finished: bool
+
+
+def deployment_log_window(*, deployment: Deployment, offset: int, limit_bytes: int) -> LogWindow:
+    """Return up to ``limit_bytes`` of stored log from byte ``offset`` (possibly mid-character)."""
     offset = max(0, int(offset))
     limit_bytes = max(1, min(int(limit_bytes), MAX_LOG_LIMIT))
     # Status first: the runner stores the last chunk before the final status, so a final
     # status read here guarantees the chunks read below are all there are.
     status = Deployment.objects.filter(pk=deployment.pk).values_list("status", flat=True).first()
-    finished = status in FINISHED
     chunks = LogChunk.objects.filter(
         deployment=deployment,
         offset__gt=offset - LOG_CHUNK_BYTES,
         offset__lt=offset + limit_bytes,
     ).order_by("sequence")
     data = bytearray()
+    times: list[tuple[int, datetime]] = []
     start = None
-    for chunk in chunks.values_list("offset", "size", "data"):
-        chunk_offset, size, payload = chunk
+    for chunk_offset, size, payload, stored_at in chunks.values_list(
+        "offset", "size", "data", "created_at"
+    ):
         if chunk_offset + size <= offset:
             continue
         if start is None:
@@ -105,25 +117,78 @@ def deployment_logs(
         elif chunk_offset != start + len(data):
             break  # a gap cannot happen with one writer; stop rather than glue wrong bytes
         data += bytes(payload)
+        times.append((max(chunk_offset, offset), stored_at))
     total = deployment_log_size(deployment=deployment)
-    if start is None:
-        next_offset = min(offset, total)
-        return {
-            "text": "",
-            "next_offset": next_offset,
-            "complete": finished and next_offset >= total,
-        }
-    window = bytes(data[offset - start : offset - start + limit_bytes])
-    skip = _continuation_prefix(window)
-    end = _complete_characters(window, more_follows=offset + len(window) < total)
+    window = b"" if start is None else bytes(data[offset - start : offset - start + limit_bytes])
+    return LogWindow(
+        offset=min(offset, total) if start is None else offset,
+        data=window,
+        times=times,
+        total=total,
+        finished=status in FINISHED,
+    )
+
+
+def deployment_logs(
+    deployment: Deployment | int,
+    offset: int = 0,
+    limit_bytes: int = DEFAULT_LOG_LIMIT,
+    *,
+    ansi: bool = True,
+) -> dict:
+    """Return up to ``limit_bytes`` of log from byte ``offset``: ``{text, next_offset, complete}``.
+
+    Offsets count stored (masked) bytes. The slice never splits a UTF-8 character, so
+    ``next_offset`` can be passed back as is; invalid bytes a step printed come back as
+    U+FFFD. ``complete`` is true once the deployment has finished and everything was read.
+    With ``ansi=False`` escape sequences are stripped, and one the slice would cut in two is
+    left for the next read (``next_offset`` stops before it), or read whole when the slice
+    holds nothing before it (the limit is smaller than the sequence).
+    """
+    if not isinstance(deployment, Deployment):
+        deployment = deployment_get(deployment_id=int(deployment))
+    read = deployment_log_window(deployment=deployment, offset=offset, limit_bytes=limit_bytes)
+    window, offset, total = read.data, read.offset, read.total
+    if not window:
+        return {"text": "", "next_offset": offset, "complete": read.finished and offset >= total}
+    skip = continuation_prefix(window)
+    more_follows = offset + len(window) < total
+    end = complete_characters(window, more_follows=more_follows)
     if end <= skip:  # the limit is smaller than one character: return that character whole
         end = len(window)
+    if not ansi and (more_follows or not read.finished):
+        window, end = _before_unfinished_escape(deployment, read, skip, end)
     text = window[skip:end].decode("utf-8", errors="replace")
+    if not ansi:
+        text = log_render.strip(text)
     next_offset = offset + end
-    return {"text": text, "next_offset": next_offset, "complete": finished and next_offset >= total}
+    return {
+        "text": text,
+        "next_offset": next_offset,
+        "complete": read.finished and next_offset >= total,
+    }
 
 
-def _continuation_prefix(window: bytes) -> int:
+def _before_unfinished_escape(
+    deployment: Deployment, read: LogWindow, skip: int, end: int
+) -> tuple[bytes, int]:
+    """Return the bytes and where the text must end so that no escape sequence is cut in two."""
+    cut = log_render.unfinished_escape(read.data[:end])
+    if cut is None:
+        return read.data, end
+    if cut > skip:
+        return read.data, cut
+    longer = deployment_log_window(
+        deployment=deployment, offset=read.offset, limit_bytes=end + log_render.HOLD_LIMIT
+    )
+    whole = log_render.ESCAPE_BYTES.match(longer.data, cut)
+    if whole is not None:
+        return longer.data, whole.end()
+    # Not ended yet: wait for it while the log may still grow; else it is not a sequence.
+    return read.data, cut if longer.offset + len(longer.data) >= longer.total else end
+
+
+def continuation_prefix(window: bytes) -> int:
     """Count UTF-8 continuation bytes at the start (an offset in the middle of a character)."""
     count = 0
     while count < min(3, len(window)) and 0x80 <= window[count] <= 0xBF:
@@ -131,7 +196,7 @@ def _continuation_prefix(window: bytes) -> int:
     return count
 
 
-def _complete_characters(window: bytes, *, more_follows: bool) -> int:
+def complete_characters(window: bytes, *, more_follows: bool) -> int:
     """Return the length of ``window`` without a trailing partial UTF-8 character."""
     if not more_follows:
         return len(window)

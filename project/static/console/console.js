@@ -6,8 +6,7 @@
 //   whole page fetched again. While the page's live state is "waiting" it checks only every
 //   data-refresh-slow seconds (and reloads once the wait is over); once it is "finished" it
 //   stops. A hidden tab asks nothing; shown again, it catches up at once.
-// * #deployment-log[data-url]: follows a deployment's log from data-next until complete,
-//   and "Load earlier" fetches the bytes before data-start; paused while the tab is hidden.
+// * A deployment's log is log.js's (loaded by the deployment page).
 // * form[data-confirm]: asks before submitting.
 (function () {
   "use strict";
@@ -87,71 +86,8 @@
     schedule();
   }
 
-  function followLog(box) {
-    var pre = box.querySelector("pre");
-    var url = box.getAttribute("data-url");
-    var next = parseInt(box.getAttribute("data-next"), 10) || 0;
-    var start = parseInt(box.getAttribute("data-start"), 10) || 0;
-    var chunk = parseInt(box.getAttribute("data-chunk"), 10) || 65536;
-    var complete = box.getAttribute("data-complete") === "true";
-    var status = box.querySelector(".log-status");
-    var earlier = box.querySelector(".log-earlier");
-
-    function atBottom() { return pre.scrollHeight - pre.scrollTop - pre.clientHeight < 40; }
-    function setStatus(text) { if (status) status.textContent = text; }
-    var timer = null;
-    var asking = false;
-    function later(ms) {
-      timer = window.setTimeout(function () { timer = null; poll(); }, ms);
-    }
-    function poll() {
-      if (complete) { setStatus("complete"); return; }
-      // Resumed by visibilitychange or by the page's refresh (console:refreshed).
-      if (document.hidden) { setStatus("paused while the tab is hidden"); return; }
-      if (liveState() === "waiting") { setStatus("waiting for approval"); return; }
-      setStatus("following…");
-      asking = true;
-      fetch(url + "?offset=" + next, { credentials: "same-origin" })
-        .then(function (r) { return r.json(); })
-        .then(function (page) {
-          asking = false;
-          var stick = atBottom();
-          if (page.text) pre.appendChild(document.createTextNode(page.text));
-          if (stick) pre.scrollTop = pre.scrollHeight;
-          next = page.next_offset;
-          box.setAttribute("data-next", String(next));
-          complete = page.complete;
-          if (complete) { box.setAttribute("data-complete", "true"); setStatus("complete"); }
-          else later(page.text ? 300 : 800);
-        })
-        .catch(function () { asking = false; later(2000); });
-    }
-    function resume() {
-      if (!complete && !asking && timer === null) poll();
-    }
-    document.addEventListener("visibilitychange", resume);
-    document.addEventListener("console:refreshed", resume);
-    if (earlier) {
-      earlier.hidden = start <= 0;
-      earlier.addEventListener("click", function () {
-        var from = Math.max(0, start - chunk);
-        fetch(url + "?offset=" + from + "&limit=" + (start - from), { credentials: "same-origin" })
-          .then(function (r) { return r.json(); })
-          .then(function (page) {
-            pre.insertBefore(document.createTextNode(page.text), pre.firstChild);
-            start = from;
-            box.setAttribute("data-start", String(start));
-            earlier.hidden = start <= 0;
-          });
-      });
-    }
-    pre.scrollTop = pre.scrollHeight;
-    poll();
-  }
-
   document.addEventListener("DOMContentLoaded", function () {
     document.querySelectorAll("[data-refresh-every]").forEach(refreshParts);
-    document.querySelectorAll("#deployment-log[data-url]").forEach(followLog);
     document.addEventListener("submit", function (event) {
       var message = event.target.getAttribute && event.target.getAttribute("data-confirm");
       if (message && !window.confirm(message)) event.preventDefault();
