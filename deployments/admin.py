@@ -29,6 +29,7 @@ from jobs.permissions import allowed
 from project.admin_base import ConveyorModelAdmin
 from project.admin_permissions import permission_check
 from project.redaction import redact_url, url_password
+from project.timing import seconds_between
 
 # How many links of the retry_of chain the page follows back.
 CHAIN_LIMIT = 20
@@ -234,9 +235,8 @@ class DeploymentAdmin(LogViewsMixin, ApprovalAdminMixin, ConveyorModelAdmin):
 
     @admin.display(description="duration")
     def duration(self, deployment: Deployment) -> str:
-        if deployment.started_at and deployment.finished_at:
-            return f"{(deployment.finished_at - deployment.started_at).total_seconds():.1f}s"
-        return ""
+        seconds = seconds_between(deployment.started_at, deployment.finished_at, digits=1)
+        return "" if seconds is None else f"{seconds:.1f}s"
 
     @admin.action(description="Cancel selected deployments", permissions=["cancel_deployment"])
     def cancel_deployments(self, request, queryset) -> None:
@@ -287,11 +287,7 @@ def _live_state(deployment: Deployment) -> str:
 def _step_runs(deployment: Deployment) -> list[StepRun]:
     runs = list(StepRun.objects.filter(deployment=deployment).order_by("position"))
     for run in runs:
-        run.duration_seconds = (
-            (run.finished_at - run.started_at).total_seconds()
-            if run.started_at and run.finished_at
-            else None
-        )
+        run.duration_seconds = seconds_between(run.started_at, run.finished_at)
     return runs
 
 

@@ -22,6 +22,7 @@ from deployments.models import (
 from deployments.transitions import transition
 from jobs import services as jobs
 from jobs.errors import IllegalTransition, JobNotFound
+from project.timing import seconds_between
 
 S = DeploymentStatus
 
@@ -152,9 +153,7 @@ def _close_step_runs(deployment: Deployment) -> None:
 
 
 def _duration(deployment: Deployment) -> float | None:
-    if deployment.started_at and deployment.finished_at:
-        return round((deployment.finished_at - deployment.started_at).total_seconds(), 3)
-    return None
+    return seconds_between(deployment.started_at, deployment.finished_at)
 
 
 def wake_next(deployment: Deployment) -> None:

@@ -22,6 +22,7 @@ import bisect
 from deployments import log_render, selectors
 from deployments.models import Deployment, StepRun
 from deployments.selectors import complete_characters, continuation_prefix
+from project.timing import seconds_between
 
 GROUP_MARKERS = {"--- ": "closed", "+++ ": "open"}
 
@@ -30,9 +31,7 @@ def step_sections(*, deployment: Deployment) -> list[dict]:
     """Return each step run of ``deployment`` as the page's section header needs it."""
     sections = []
     for run in StepRun.objects.filter(deployment=deployment).order_by("position"):
-        duration = None
-        if run.started_at and run.finished_at:
-            duration = round((run.finished_at - run.started_at).total_seconds(), 1)
+        duration = seconds_between(run.started_at, run.finished_at, digits=1)
         sections.append(
             {
                 "id": run.pk,

@@ -7,6 +7,7 @@ from deployments import log_render
 from deployments.conf import LOG_CHUNK_BYTES
 from deployments.errors import DeploymentNotFound
 from deployments.models import FINISHED, Deployment, LogChunk
+from project.timing import seconds_between
 
 DEFAULT_LOG_LIMIT = 1024 * 1024
 MAX_LOG_LIMIT = 8 * 1024 * 1024
@@ -60,9 +61,7 @@ def deployment_as_dict(deployment: Deployment) -> dict:
 
 def deployment_duration(deployment: Deployment) -> float | None:
     """Return how long the deployment ran (start to finish), in seconds; None if it has not."""
-    if deployment.started_at and deployment.finished_at:
-        return round((deployment.finished_at - deployment.started_at).total_seconds(), 3)
-    return None
+    return seconds_between(deployment.started_at, deployment.finished_at)
 
 
 def deployment_log_size(*, deployment: Deployment) -> int:

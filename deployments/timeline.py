@@ -29,6 +29,7 @@ from deployments.models import Deployment, DeploymentEvent, StepRun
 from deployments.selectors import person_of
 from jobs import attempts
 from jobs.models import AuditLog, Job, Notification
+from project.timing import seconds_between
 from webhooks.models import DeliveryAttempt, Event
 
 KINDS = (
@@ -54,9 +55,7 @@ LIMIT_PER_SOURCE = 500
 
 
 def _seconds(start: datetime | None, end: datetime | None) -> float | None:
-    if start and end:
-        return round((end - start).total_seconds(), 3)
-    return None
+    return seconds_between(start, end)
 
 
 def _entry(at, kind: str, summary: str, **details) -> dict:
