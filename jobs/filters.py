@@ -20,6 +20,7 @@ is parsed here, never turned into an ORM lookup path, so no value can reach anot
 """
 
 import json
+import math
 
 from django.contrib import admin
 from django.contrib.admin.options import IncorrectLookupParameters
@@ -32,6 +33,7 @@ from jobs import owners
 # A path deeper than this, or a value longer, is refused as a bad filter.
 MAX_PATH_DEPTH = 8
 MAX_VALUE_LENGTH = 500
+MAX_ID = 2**63 - 1  # a bigint: a larger id would be a database error, not "no such row"
 
 
 def can_filter_payload(user) -> bool:
@@ -50,8 +52,10 @@ def parse_payload(text: str) -> tuple[list[str], object]:
         value = json.loads(raw)
     except ValueError:
         value = raw
-    if isinstance(value, (dict, list)):
-        value = raw  # a structure is compared as the text it was written as
+    if isinstance(value, (dict, list)) or (isinstance(value, float) and not math.isfinite(value)):
+        value = raw  # a structure (or 1e999) is compared as the text it was written as
+    if "\x00" in path or (isinstance(value, str) and "\x00" in value):
+        raise ValueError("a payload filter cannot hold a NUL character")
     return keys, value
 
 
@@ -98,7 +102,7 @@ def error_class_filter(queryset, text: str):
 def owned_by_filter(queryset, text: str):
     """Return ``queryset`` narrowed to the jobs of one owner row, ``kind:id``."""
     kind, _, raw_id = text.strip().partition(":")
-    if not raw_id.strip().isdigit():
+    if not raw_id.strip().isdigit() or int(raw_id) > MAX_ID:
         raise IncorrectLookupParameters("an owner is kind:id, e.g. deployment:12")
     where = owners.jobs_of(kind.strip(), int(raw_id))
     if where is None:
