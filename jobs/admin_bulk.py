@@ -6,9 +6,10 @@
   ``delete_job``): without it, 403 and nothing is written or enqueued.
 * ``bulk/operation/<id>/`` — progress (done, failed, of how many), refreshed every two
   seconds until done; needs the right to view jobs.
+* the Bulk operations list (``jobs.view_bulkoperation``), read-only, linking to each.
 """
 
-from django.contrib import messages
+from django.contrib import admin, messages
 from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.views.main import ERROR_FLAG
 from django.core.exceptions import PermissionDenied
@@ -16,11 +17,13 @@ from django.http import Http404
 from django.shortcuts import get_object_or_404, redirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
+from django.utils.html import format_html
 from django.utils.http import urlencode
 
 from jobs import bulk
 from jobs.models import BulkAction, BulkOperation, BulkStatus
 from jobs.permissions import allowed
+from project.admin_base import ConveyorModelAdmin
 
 REFRESH_SECONDS = 2
 VERBS = {BulkAction.RETRY: "Retry", BulkAction.CANCEL: "Cancel", BulkAction.DELETE: "Delete"}
@@ -114,3 +117,33 @@ class BulkAdminMixin:
             "refresh_seconds": REFRESH_SECONDS,
         }
         return TemplateResponse(request, "admin/jobs/job/bulk_progress.html", context)
+
+
+@admin.register(BulkOperation)
+class BulkOperationAdmin(ConveyorModelAdmin):
+    """Every bulk operation, newest first, each linking to its progress page (read-only)."""
+
+    list_display = ("id", "progress", "action", "status", "actor", "description", "created_at")
+    list_filter = ("action", "status")
+    list_per_page = 50
+    show_full_result_count = False
+    readonly_fields = [f.name for f in BulkOperation._meta.fields]
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False  # the record of who did what to which jobs: kept
+
+    @admin.display(description="progress")
+    def progress(self, operation: BulkOperation):
+        return format_html(
+            '<a href="{}">{} done, {} failed of {}</a>',
+            reverse("admin:jobs_job_bulk_progress", args=[operation.pk]),
+            operation.done,
+            operation.failed,
+            operation.total,
+        )
