@@ -34,6 +34,8 @@ itself (``BULK_TASK``) never matches.
 import logging
 import time
 
+from django.contrib.admin.exceptions import DisallowedModelAdminLookup
+from django.contrib.admin.options import IncorrectLookupParameters
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.test import RequestFactory
@@ -166,7 +168,10 @@ def bulk_run(
     user = operation.user
     if user is None or not allowed(user, PERMISSION[operation.action]):
         return _finish(operation, refused=f"{operation.actor} may no longer do this")
-    queryset = matching(operation.action, operation.filters, user)
+    try:
+        queryset = matching(operation.action, operation.filters, user)
+    except (IncorrectLookupParameters, DisallowedModelAdminLookup) as exc:
+        return _finish(operation, refused=f"the filter is refused now: {exc}")
     BulkOperation.objects.filter(pk=operation_id, started_at__isnull=True).update(
         started_at=timezone.now(), status=BulkStatus.RUNNING
     )

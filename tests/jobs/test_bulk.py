@@ -208,3 +208,22 @@ def test_killing_the_bulk_jobs_worker_resumes_without_retrying_twice(
     assert job.attempts >= 2 and "WorkerLostError" in job.attempts_history[0]["error"]["message"]
     assert (operation.done, operation.failed) == (1500, 0)
     assert _retries(ids) == Counter({job_id: 1 for job_id in ids})
+
+
+@pytest.mark.django_db
+def test_a_run_acts_on_nothing_once_its_user_lost_the_permission_or_its_filter_is_refused(
+    django_user_model,
+):
+    ids = _dead("jobs.noop", 3)
+    client = _staff(django_user_model, "operator", "retry_job")
+    lost = bulk.bulk_create(action=BulkAction.RETRY, filters={}, user=client.user)
+    refused = bulk.bulk_create(action=BulkAction.RETRY, filters={}, user=client.user)
+    BulkOperation.objects.filter(pk=refused.pk).update(filters={"owned_by": ["planet:3"]})
+    bulk.bulk_run(refused.pk, pause=0)
+    client.user.user_permissions.remove(Permission.objects.get(codename="retry_job"))
+    bulk.bulk_run(lost.pk, pause=0)
+    for operation, reason in ((lost, "may no longer"), (refused, "the filter is refused")):
+        operation.refresh_from_db()
+        assert (operation.status, operation.done, operation.failed) == (BulkStatus.DONE, 0, 0)
+        assert reason in operation.errors[0]
+    assert _retries(ids) == Counter()
