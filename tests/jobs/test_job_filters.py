@@ -121,3 +121,32 @@ def test_a_user_who_may_not_see_jobs_cannot_filter_their_payloads(django_user_mo
     client.force_login(user)
     for guess in ("token=s3cret-value", "token=wrong"):
         assert client.get(URL, {"payload": guess}).status_code == 403
+
+
+def test_the_payload_filter_and_a_bulk_retry_work_on_sqlite(tmp_path):
+    """The embedded defaults (SQLite + JSON1): a path comparison instead of containment."""
+    from tests.foundation.test_embedded import embedded_env, manage
+
+    env = embedded_env(tmp_path)
+    manage(env, "migrate", "--noinput")
+    script = (
+        "from django.contrib.auth.models import User\n"
+        "from jobs import bulk, services\n"
+        "from jobs.filters import payload_filter\n"
+        "from jobs.models import Job\n"
+        "a = services.enqueue('jobs.noop', {'customer': {'id': 42}})\n"
+        "b = services.enqueue('jobs.noop', {'customer': {'id': '42'}})\n"
+        "c = services.enqueue('jobs.noop', {'customer': {'id': 43}})\n"
+        "found = payload_filter(Job.objects.all(), 'customer.id=42')\n"
+        "print(sorted(found.values_list('pk', flat=True)) == [a.pk, b.pk])\n"
+        "Job.objects.update(status='dead', last_error='ValueError: x')\n"
+        "user = User.objects.create_superuser('root', 'root@example.com', 'pw-root-1')\n"
+        "op = bulk.bulk_create(action='retry', filters={'payload': ['customer.id=42']}, "
+        "user=user)\n"
+        "op = bulk.bulk_run(op.pk, pause=0)\n"
+        "dead = list(Job.objects.filter(status='dead').values_list('pk', flat=True))\n"
+        "print(op.total, op.done, dead == [c.pk])\n"
+    )
+    output = manage(env, "shell", "-c", script).stdout.splitlines()
+    printed = [line for line in output if not line.startswith("{")]  # not the JSON log lines
+    assert printed[-2:] == ["True", "2 2 True"]
