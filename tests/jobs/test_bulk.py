@@ -6,11 +6,12 @@ from collections import Counter
 
 import pytest
 from django.contrib.auth.models import Permission
-from django.db import transaction
+from django.db import connection, transaction
 from django.test import Client
 from django.urls import reverse
 
 from jobs import bulk, services
+from jobs.changelist import ApproximateCount
 from jobs.models import AuditLog, BulkAction, BulkOperation, BulkStatus, Job, JobStatus
 from tests.jobs.test_faults import child_pid
 from tests.processes import wait_until
@@ -227,3 +228,21 @@ def test_a_run_acts_on_nothing_once_its_user_lost_the_permission_or_its_filter_i
         assert (operation.status, operation.done, operation.failed) == (BulkStatus.DONE, 0, 0)
         assert reason in operation.errors[0]
     assert _retries(ids) == Counter()
+
+
+@pytest.mark.django_db
+def test_beyond_the_exact_cap_the_confirmation_shows_an_estimate(django_user_model, monkeypatch):
+    monkeypatch.setattr("jobs.changelist.EXACT_COUNT_CAP", 5)
+    _dead("jobs.noop", 8)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE jobs_job")
+    client = _staff(django_user_model, "operator", "retry_job")
+    url = reverse("admin:jobs_job_bulk", args=["retry"])
+    confirm = client.get(url, {"status__exact": "dead"})
+    assert isinstance(confirm.context["count"], ApproximateCount)
+    assert "about " in confirm.content.decode()
+    client.post(url, {"status__exact": "dead"})
+    operation = BulkOperation.objects.get()
+    assert operation.total_is_estimate and operation.total >= 6
+    progress = client.get(reverse("admin:jobs_job_bulk_progress", args=[operation.pk]))
+    assert f'<td id="bulk-total">about {operation.total}</td>' in progress.content.decode()

@@ -12,6 +12,9 @@ from deployments.services import deployment_create
 from jobs import attempts, services
 from jobs.filters import parse_payload
 from jobs.models import Job, JobStatus
+from webhooks import notify
+from webhooks import services as webhooks
+from webhooks.models import Delivery
 
 pytestmark = pytest.mark.django_db
 URL = "/admin/jobs/job/"
@@ -97,6 +100,13 @@ def test_owned_by_filter_asks_the_owner(console):
     _job({"deployment_id": first.pk})  # not a deployments.run job: not the deployment's
     assert _ids(console, owned_by=f"deployment:{first.pk}") == {first.job_id}
     assert len(_ids(console, owned_by=f"project:{project.pk}")) == 2
+    endpoint = webhooks.endpoint_create(
+        url="https://93.184.215.14/hook", topics=["job.dead"], actor="t"
+    )
+    notify("job.dead", {"job_id": 1})
+    delivery = Delivery.objects.get(endpoint=endpoint)
+    assert _ids(console, owned_by=f"endpoint:{endpoint.pk}") == {delivery.job_id}
+    assert _ids(console, owned_by=f"delivery:{delivery.pk}") == {delivery.job_id}
     for bad in ("deployment:x", "planet:3"):
         response = console.get(URL, {"owned_by": bad})
         assert response.status_code == 302 and "e=1" in response["Location"], bad
