@@ -3,7 +3,8 @@
 * ``bulk/<action>/?<the list's filters>`` — GET: a confirmation page with the matching
   count (exact up to 10,000, an estimate beyond); POST: ``bulk_create``, then the progress
   page. Each needs the permission of the single action (``retry_job``, ``cancel_job``,
-  ``delete_job``): without it, 403 and nothing is written or enqueued.
+  ``delete_job``) and the right to view jobs: without them, 403 and nothing is written or
+  enqueued.
 * ``bulk/operation/<id>/`` — progress (done, failed, of how many), refreshed every two
   seconds until done; needs the right to view jobs.
 * the Bulk operations list (``jobs.view_bulkoperation``), read-only, linking to each.
@@ -66,7 +67,10 @@ class BulkAdminMixin:
     def bulk_view(self, request, action: str):
         if action not in BulkAction.values:
             raise Http404("no such bulk action")
-        if not allowed(request.user, bulk.PERMISSION[action]):
+        # The list's own right too: the page counts what a filter matches.
+        if not (
+            allowed(request.user, bulk.PERMISSION[action]) and self.has_view_permission(request)
+        ):
             raise PermissionDenied
         source = request.POST if request.method == "POST" else request.GET
         filters = bulk.filter_params(source)

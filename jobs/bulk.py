@@ -112,7 +112,7 @@ def count_matching(queryset) -> int:
 
 
 def _require(user, action: str) -> None:
-    if not allowed(user, PERMISSION[action]):
+    if not (allowed(user, PERMISSION[action]) and user.has_perm("jobs.view_job")):
         raise PermissionDenied(f"{user} may not {action} jobs")
 
 
@@ -166,7 +166,9 @@ def bulk_run(
     if operation.status == BulkStatus.DONE:
         return operation
     user = operation.user
-    if user is None or not allowed(user, PERMISSION[operation.action]):
+    if user is None or not (
+        allowed(user, PERMISSION[operation.action]) and user.has_perm("jobs.view_job")
+    ):
         return _finish(operation, refused=f"{operation.actor} may no longer do this")
     try:
         queryset = matching(operation.action, operation.filters, user)

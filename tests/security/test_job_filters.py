@@ -72,3 +72,20 @@ def test_view_only_staff_get_no_bulk_button_and_a_403(secrets_everywhere, viewer
     assert not BulkOperation.objects.exists()
     assert not Job.objects.filter(task="jobs.bulk_operate").exists()
     assert not AuditLog.objects.filter(action__startswith="job.bulk_").exists()
+
+
+def test_the_bulk_pages_need_the_right_to_view_jobs_too(django_user_model):
+    """Else a user holding only retry_job could count what a payload guess matches."""
+    from django.contrib.auth.models import Permission
+    from django.test import Client
+
+    services.enqueue("jobs.noop", {"token": "s3cret-value"})
+    user = django_user_model.objects.create_user("blind", password="blind-pw-1", is_staff=True)
+    user.user_permissions.add(Permission.objects.get(codename="retry_job"))
+    client = Client()
+    client.force_login(user)
+    url = reverse("admin:jobs_job_bulk", args=["retry"])
+    for guess in ("token=s3cret-value", "token=wrong"):
+        assert client.get(url, {"payload": guess}).status_code == 403
+        assert client.post(url, {"payload": guess}).status_code == 403
+    assert not BulkOperation.objects.exists()
