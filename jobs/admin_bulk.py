@@ -116,6 +116,7 @@ class BulkAdminMixin:
             "opts": self.opts,
             "title": f"Bulk {operation.get_action_display().lower()} {operation.pk}",
             "operation": operation,
+            "description": bulk.describe_filters(operation.filters),
             "finished": operation.status == BulkStatus.DONE,
             "processed": operation.done + operation.failed,
             "refresh_seconds": REFRESH_SECONDS,
@@ -131,7 +132,9 @@ class BulkOperationAdmin(ConveyorModelAdmin):
     list_filter = ("action", "status")
     list_per_page = 50
     show_full_result_count = False
-    readonly_fields = [f.name for f in BulkOperation._meta.fields]
+    # Not ``filters``: a payload filter's value is for those who may see payloads (the
+    # progress page, jobs.view_job); ``description`` shows it as ***.
+    fields = readonly_fields = [f.name for f in BulkOperation._meta.fields if f.name != "filters"]
 
     def has_add_permission(self, request) -> bool:
         return False

@@ -127,7 +127,8 @@ def bulk_create(*, action: str, filters: dict[str, list[str]], user) -> BulkOper
         operation = BulkOperation.objects.create(
             action=action,
             filters=filters,
-            description=describe_filters(filters),
+            # Payload values hidden: the operations list is not only for those who see payloads.
+            description=describe_filters(filters, hide_payload=True),
             user=user,
             actor=user.get_username(),
             max_id=max_id,

@@ -89,3 +89,28 @@ def test_the_bulk_pages_need_the_right_to_view_jobs_too(django_user_model):
         assert client.get(url, {"payload": guess}).status_code == 403
         assert client.post(url, {"payload": guess}).status_code == 403
     assert not BulkOperation.objects.exists()
+
+
+def test_the_bulk_operations_list_hides_a_payload_filters_value(django_user_model, admin_user):
+    from django.contrib.auth.models import Permission
+    from django.test import Client
+
+    from jobs import bulk
+
+    services.enqueue("jobs.noop", {"token": "s3cret-value"})
+    bulk.bulk_create(action="retry", filters={"payload": ["token=s3cret-value"]}, user=admin_user)
+    user = django_user_model.objects.create_user("auditor", password="aud-pw-1", is_staff=True)
+    user.user_permissions.add(Permission.objects.get(codename="view_bulkoperation"))
+    client = Client()
+    client.force_login(user)
+    operation = BulkOperation.objects.get()
+    for url in (
+        reverse("admin:jobs_bulkoperation_changelist"),
+        reverse("admin:jobs_bulkoperation_change", args=[operation.pk]),
+    ):
+        page = client.get(url)
+        assert page.status_code == 200 and "token=***" in page.content.decode()
+        assert "s3cret-value" not in page.content.decode()
+    assert (
+        client.get(reverse("admin:jobs_job_bulk_progress", args=[operation.pk])).status_code == 403
+    )
