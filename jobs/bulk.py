@@ -98,6 +98,7 @@ def matching(action: str, filters: dict[str, list[str]], user):
     """
     from django.contrib import admin
 
+    # The list reads its filters from a GET request as a user: the worker builds one.
     request = RequestFactory().get(LIST_PATH, filters)
     request.user = user
     model_admin = admin.site._registry[Job]
