@@ -185,7 +185,9 @@ def bulk_run(
             break
         time.sleep(pause)
     operation.refresh_from_db()
-    return _finish(operation) if short else operation
+    if short:
+        _log_finished(operation)
+    return operation
 
 
 def _batch(operation_id: int, queryset, user, batch_size: int) -> bool:
@@ -203,12 +205,23 @@ def _batch(operation_id: int, queryset, user, batch_size: int) -> bool:
         operation.done += done
         operation.failed += len(ids) - done
         operation.errors = (operation.errors + errors)[:MAX_ERRORS]
-        operation.status = BulkStatus.RUNNING
+        last = len(ids) < batch_size
+        # The last batch's counts and "done" are one write: no page shows one without the other.
+        operation.status = BulkStatus.DONE if last else BulkStatus.RUNNING
         operation.updated_at = timezone.now()
+        operation.finished_at = operation.updated_at if last else None
         operation.save(
-            update_fields=["last_id", "done", "failed", "errors", "status", "updated_at"]
+            update_fields=[
+                "last_id",
+                "done",
+                "failed",
+                "errors",
+                "status",
+                "updated_at",
+                "finished_at",
+            ]
         )
-    return len(ids) < batch_size
+    return last
 
 
 def _act(operation: BulkOperation, ids: list[int], user) -> tuple[int, list[str]]:
@@ -231,13 +244,17 @@ def _act(operation: BulkOperation, ids: list[int], user) -> tuple[int, list[str]
     return done, errors
 
 
-def _finish(operation: BulkOperation, *, refused: str = "") -> BulkOperation:
-    now = timezone.now()
+def _finish(operation: BulkOperation, *, refused: str) -> BulkOperation:
+    """End ``operation`` without acting on anything more, saying why."""
     operation.status = BulkStatus.DONE
-    operation.finished_at = operation.updated_at = now
-    if refused:
-        operation.errors = [refused, *operation.errors][:MAX_ERRORS]
+    operation.finished_at = operation.updated_at = timezone.now()
+    operation.errors = [refused, *operation.errors][:MAX_ERRORS]
     operation.save(update_fields=["status", "finished_at", "updated_at", "errors"])
+    _log_finished(operation, refused=True)
+    return operation
+
+
+def _log_finished(operation: BulkOperation, *, refused: bool = False) -> None:
     logger.info(
         "job.bulk_finished",
         extra={
@@ -245,7 +262,6 @@ def _finish(operation: BulkOperation, *, refused: str = "") -> BulkOperation:
             "action": operation.action,
             "done": operation.done,
             "failed": operation.failed,
-            "refused": bool(refused),
+            "refused": refused,
         },
     )
-    return operation
