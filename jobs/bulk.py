@@ -194,6 +194,8 @@ def _batch(operation_id: int, queryset, user, batch_size: int) -> bool:
     """Act on one batch in one transaction; return True if it was the last (short) one."""
     with transaction.atomic():
         operation = BulkOperation.objects.select_for_update().get(pk=operation_id)
+        if operation.status == BulkStatus.DONE:  # a run the reaper thought lost finished it
+            return True
         ids = list(
             queryset.filter(pk__gt=operation.last_id, pk__lte=operation.max_id)
             .order_by("pk")
