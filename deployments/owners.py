@@ -77,6 +77,14 @@ def _failed_job_ids():
     )
 
 
+def _jobs_of_deployment(deployment_id: int):
+    return Deployment.objects.filter(pk=deployment_id, job_id__isnull=False).values("job_id")
+
+
+def _jobs_of_project(project_id: int):
+    return Deployment.objects.filter(project_id=project_id, job_id__isnull=False).values("job_id")
+
+
 OWNER = owners.Owner(
     describe=_describe,
     retry=_retry,
@@ -86,6 +94,7 @@ OWNER = owners.Owner(
         "retry": "Retry creates a new deployment (retry_of this one) once it has finished.",
         "cancel": "Cancel cancels the deployment (a running one is stopped first).",
     },
+    jobs_of={"deployment": _jobs_of_deployment, "project": _jobs_of_project},
 )
 
 

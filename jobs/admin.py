@@ -16,9 +16,11 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
 from jobs import attempts, limiter, owners
+from jobs.admin_bulk import BulkAdminMixin
 from jobs.admin_tokens import ApiTokenAdmin  # noqa: F401 - registers the token admin
 from jobs.changelist import JobPaginator, QueueFilter, TaskFilter, to_the_second
 from jobs.errors import IllegalTransition, JobNotFound
+from jobs.filters import ErrorClassFilter, OwnedByFilter, PayloadFilter
 from jobs.models import (
     FINISHED,
     AuditLog,
@@ -32,6 +34,7 @@ from jobs.permissions import allowed
 from jobs.selectors import OVERDUE_INTERVALS, maintenance_status
 from project.admin_base import ConveyorChangeList, ConveyorModelAdmin
 from project.admin_permissions import permission_check
+from project.redaction import redact_text
 
 
 def _run_for_each(modeladmin, request, queryset: QuerySet, action, verb: str) -> None:
@@ -56,6 +59,18 @@ def _act(action, job_id: int, request):
     if action is owners.job_retry:
         return action(job_id, actor=request.user.get_username(), user=request.user)
     return action(job_id, actor=request.user.get_username())
+
+
+def _traceback(error: dict | None):
+    """An attempt's stored traceback (its last 8 KB, jobs.attempts), collapsed; or nothing."""
+    text = (error or {}).get("traceback") or ""
+    if not text:
+        return ""
+    return format_html(
+        '<details class="attempt-traceback"><summary>traceback</summary>'
+        '<pre class="console-pre">{}</pre></details>',
+        redact_text(text),
+    )
 
 
 # Looked up once, not through get_FOO_display (which rebuilds the choices on every call).
@@ -113,7 +128,7 @@ class JobChangeList(ConveyorChangeList):
 
 
 @admin.register(Job)
-class JobAdmin(ConveyorModelAdmin):
+class JobAdmin(BulkAdminMixin, ConveyorModelAdmin):
     # Fields and display methods that read only the row (owners come in one query per owning
     # app, in JobChangeList): jobs.changelist.page_rows renders them in one pass.
     list_display = (
@@ -131,7 +146,19 @@ class JobAdmin(ConveyorModelAdmin):
     )
     # Queue and task choices come from declared names and the accounting, never DISTINCT over
     # the table; no date_hierarchy (its month list sorts the whole table).
-    list_filter = ("status", OwnerFilter, "reason", QueueFilter, TaskFilter)
+    # Payload, error class and owner are typed (jobs.filters); times are ranges (__gte, __lt).
+    list_filter = (
+        "status",
+        OwnerFilter,
+        "reason",
+        QueueFilter,
+        TaskFilter,
+        PayloadFilter,
+        ErrorClassFilter,
+        OwnedByFilter,
+        ("created_at", admin.DateFieldListFilter),
+        ("finished_at", admin.DateFieldListFilter),
+    )
     search_fields = ("=id", "task", "idempotency_key", "last_error")
     # The dashboard's links: dead since a time, running on one worker (project.dashboard).
     extra_lookups = ("finished_at__gte", "locked_by__startswith")
@@ -317,7 +344,7 @@ class JobAdmin(ConveyorModelAdmin):
     def attempt_history(self, job: Job):
         rows = format_html_join(
             "",
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{} {}</td><td>{}</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{} {}</td><td>{}{}</td></tr>",
             (
                 (
                     entry["attempt"],
@@ -327,6 +354,7 @@ class JobAdmin(ConveyorModelAdmin):
                     entry["outcome"],
                     f"({entry['reason']})" if entry["reason"] else "",
                     attempts.describe(entry["error"]),
+                    _traceback(entry["error"]),
                 )
                 for entry in reversed(attempts.history(job))
             ),

@@ -22,12 +22,18 @@ from datetime import UTC, datetime
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from project.redaction import redact_text
+
 MESSAGE_LIMIT = 2000
 TRACEBACK_LIMIT = 8000
 
 
 def error_info(exc: BaseException | None, *, message: str | None = None) -> dict | None:
-    """Describe ``exc`` as ``{class_path, message, traceback}``, each bounded in size."""
+    """Describe ``exc`` as ``{class_path, message, traceback}``, each bounded in size.
+
+    A URL's password in the message or the traceback is masked before it is stored
+    (``project.redaction``): the history is shown on the job page and by the API.
+    """
     if exc is None:
         if message is None:
             return None
@@ -44,9 +50,10 @@ def error_info(exc: BaseException | None, *, message: str | None = None) -> dict
 
 
 def storable(text: str) -> str:
-    """``text`` as a database can store it: NUL and lone surrogates shown escaped."""
+    """``text`` as a database can store it and anyone may read it: NUL and lone surrogates
+    shown escaped, a URL's password masked."""
     text = text.encode("utf-8", "backslashreplace").decode("utf-8")
-    return text.replace("\x00", "\\x00")
+    return redact_text(text.replace("\x00", "\\x00"))
 
 
 def error_text(exc: BaseException) -> str:

@@ -140,13 +140,18 @@ class JobPaginator(Paginator):
     def count(self) -> int:
         if self.filters is not None:
             return accounted_count(request_counts(self.request), self.filters)
-        capped = self.object_list.order_by().values("pk")[: EXACT_COUNT_CAP + 1].count()
-        if capped <= EXACT_COUNT_CAP:
-            return capped
-        estimate = planner_estimate(self.object_list)
-        if estimate is None:
-            return AtLeastCount(EXACT_COUNT_CAP)
-        return ApproximateCount(max(estimate, EXACT_COUNT_CAP + 1))
+        return capped_count(self.object_list)
+
+
+def capped_count(queryset) -> int:
+    """Count ``queryset`` exactly up to ``EXACT_COUNT_CAP`` rows, estimate beyond (module doc)."""
+    capped = queryset.order_by().values("pk")[: EXACT_COUNT_CAP + 1].count()
+    if capped <= EXACT_COUNT_CAP:
+        return capped
+    estimate = planner_estimate(queryset)
+    if estimate is None:
+        return AtLeastCount(EXACT_COUNT_CAP)
+    return ApproximateCount(max(estimate, EXACT_COUNT_CAP + 1))
 
 
 # Fields whose value the page shows as its text, escaped (Django's display_for_field does no

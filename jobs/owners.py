@@ -13,6 +13,8 @@ own ``deployments.run``, webhooks own ``webhooks.deliver``) registers, per task 
   deployment waiting for approval), the ``OwnerInfo`` of what it created;
 * ``failed_job_ids()`` — a queryset of ids of jobs whose owner failed, however the job
   itself ended (a deployment's job succeeds even when the deployment fails);
+* ``jobs_of`` — ``{kind: id -> queryset of job ids}``: the jobs of one of its rows, for the
+  Jobs list's "owned by" filter (``deployment:12``, ``endpoint:3``);
 * ``dead_notice_topic`` — the topic of the staff notice its dead jobs send (a webhook
   delivery's is ``webhook.dead_letter``; ``job.dead`` otherwise).
 
@@ -58,6 +60,8 @@ class Owner:
     notes: dict[str, str] = field(default_factory=dict)
     # The topic of the staff notice a dead job of the owner's task sends.
     dead_notice_topic: str = "job.dead"
+    # {kind: id -> a queryset of the ids of that row's jobs}, e.g. {"endpoint": ...}.
+    jobs_of: dict[str, Callable[[int], QuerySet]] = field(default_factory=dict)
 
 
 _OWNERS: dict[str, Owner] = {}
@@ -90,6 +94,19 @@ def failed_owner_filter() -> Q:
     for task, owner in _OWNERS.items():
         where |= Q(task=task, pk__in=owner.failed_job_ids())
     return where
+
+
+def kinds() -> list[str]:
+    """Return the owner kinds the "owned by" filter knows (``deployment``, ``endpoint``, ...)."""
+    return sorted({kind for owner in _OWNERS.values() for kind in owner.jobs_of})
+
+
+def jobs_of(kind: str, row_id: int) -> Q | None:
+    """Q matching the jobs of owner row ``kind:row_id``; None if no owner has that kind."""
+    for task, owner in _OWNERS.items():
+        if kind in owner.jobs_of:
+            return Q(task=task, pk__in=owner.jobs_of[kind](row_id))
+    return None
 
 
 def _job(job_id: int) -> Job:

@@ -9,6 +9,7 @@ action that does the same thing is.
 PERMISSIONS: dict[str, str] = {
     "job.retry": "jobs.retry_job",
     "job.cancel": "jobs.cancel_job",
+    "job.delete": "jobs.delete_job",
     "deployment.retry": "deployments.run_deployment",
     "deployment.cancel": "deployments.cancel_deployment",
     "delivery.replay": "webhooks.replay_delivery",

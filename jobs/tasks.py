@@ -4,6 +4,7 @@ import time
 
 from celery import shared_task
 
+from jobs import bulk
 from jobs.maintenance import runs
 from jobs.maintenance.accounting import account
 from jobs.maintenance.purge import purge
@@ -20,6 +21,14 @@ def noop(ctx: JobContext):
     if seconds:
         time.sleep(seconds)
     return None
+
+
+# One job per bulk operation; a killed run's retry resumes after its last batch (jobs.bulk).
+@shared_task(base=JobTask, name=bulk.BULK_TASK, batch=False, job_max_attempts=10)
+def bulk_operate(ctx: JobContext):
+    """Retry, cancel or delete the jobs matching an operator's filter (see jobs.bulk)."""
+    operation = bulk.bulk_run(ctx.payload["operation_id"], keep_going=ctx.heartbeat)
+    return {"done": operation.done, "failed": operation.failed, "status": operation.status}
 
 
 # Every maintenance task runs its service through jobs.maintenance.runs: one run at a time

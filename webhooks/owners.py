@@ -68,6 +68,14 @@ def _failed_job_ids():
     )
 
 
+def _jobs_of_delivery(delivery_id: int):
+    return Delivery.objects.filter(pk=delivery_id, job_id__isnull=False).values("job_id")
+
+
+def _jobs_of_endpoint(endpoint_id: int):
+    return Delivery.objects.filter(endpoint_id=endpoint_id, job_id__isnull=False).values("job_id")
+
+
 OWNER = owners.Owner(
     describe=_describe,
     retry=_retry,
@@ -78,6 +86,8 @@ OWNER = owners.Owner(
         "cancel": "Cancel also ends the delivery (dead, cancelled by you).",
     },
     dead_notice_topic="webhook.dead_letter",
+    # A delivery's current job (a replay moves it to the new one).
+    jobs_of={"delivery": _jobs_of_delivery, "endpoint": _jobs_of_endpoint},
 )
 
 
