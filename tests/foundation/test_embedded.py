@@ -106,6 +106,11 @@ def start_make_run(env: dict, log_path: Path) -> tuple[subprocess.Popen, int]:
     def own_terminal() -> None:
         os.setsid()
         fcntl.ioctl(tty, termios.TIOCSCTTY, 0)
+        # As a terminal or a process manager starts it: a test runner started in the
+        # background of a script (scripts/run-tests) ignores SIGINT and SIGQUIT, which make
+        # would inherit and then never catch.
+        for signum in (signal.SIGINT, signal.SIGQUIT):
+            signal.signal(signum, signal.SIG_DFL)
 
     with log_path.open("wb") as log:
         stack = subprocess.Popen(

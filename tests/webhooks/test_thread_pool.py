@@ -9,7 +9,7 @@ import time
 import pytest
 
 from jobs.maintenance.reaper import reap
-from jobs.models import JobReason, JobStatus
+from jobs.models import Job, JobReason, JobStatus
 from tests.processes import wait_until
 from tests.webhooks.conftest import WORKER_ENV
 from tests.webhooks.receiver import Reply
@@ -75,7 +75,13 @@ def test_a_hanging_receiver_times_out_and_is_retried_on_threads(receiver, thread
     first, second = delivery.attempts.all()
     assert first.outcome == AttemptOutcome.RETRY and "timed out" in first.error
     assert second.outcome == AttemptOutcome.DELIVERED
-    retried, delivered = delivery.job.attempts_history
+    # The delivery row is written by the body; the job's success a moment after it returns.
+    job = wait_until(
+        lambda: Job.objects.filter(pk=delivery.job_id, status=JobStatus.SUCCEEDED).first(),
+        timeout=60,
+        message="the delivery job's success",
+    )
+    retried, delivered = job.attempts_history
     assert (retried["reason"], delivered["outcome"]) == ("error", "succeeded")
     assert retried["error"]["class_path"] == "webhooks.tasks.DeliveryFailed"
 
