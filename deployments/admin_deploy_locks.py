@@ -14,15 +14,14 @@ from django.http import HttpRequest
 from deployments import deploy_locks
 from deployments.errors import DeploymentError, NotLocked
 from deployments.models import DeployLock, Project
+from jobs.permissions import allowed
 from project.admin_base import ConveyorModelAdmin
-
-RELEASE_ANY_PERMISSION = "deployments.delete_deploylock"
 
 
 def holder_of(request: HttpRequest) -> deploy_locks.Holder:
     user = request.user
     return deploy_locks.Holder(
-        label=user.get_username(), user=user, admin=user.has_perm(RELEASE_ANY_PERMISSION)
+        label=user.get_username(), user=user, admin=allowed(user, "environment.unlock_any")
     )
 
 

@@ -19,6 +19,7 @@ from deployments.errors import InvalidRequest
 from deployments.validation import clean_environment
 from jobs.auth import acting_user, actor, require_scope
 from jobs.models import ApiToken, TokenScope
+from jobs.permissions import PERMISSIONS, allowed
 from project.api_errors import ApiError
 from project.env import parse_duration
 from project.pagination import DEFAULT_LIMIT, MAX_LIMIT, paginate
@@ -265,15 +266,11 @@ def dora_metrics(request: HttpRequest, slug: str, query: Query[DoraQuery]):
     return dora.dora_metrics(project=project, environment=environment, days=query.days)
 
 
-LOCK_PERMISSION = "deployments.add_deploylock"
-RELEASE_ANY_PERMISSION = "deployments.delete_deploylock"
-
-
 def _lock_holder(request: HttpRequest) -> deploy_locks.Holder:
     token: ApiToken = request.auth
     user = acting_user(request)
     admin = token.allows(TokenScope.ADMIN) and (
-        user is None or user.has_perm(RELEASE_ANY_PERMISSION)
+        user is None or allowed(user, "environment.unlock_any")
     )
     return deploy_locks.Holder(label=actor(request), user=user, token=token.name, admin=admin)
 
@@ -286,9 +283,11 @@ def _lock_holder(request: HttpRequest) -> deploy_locks.Holder:
 def lock_environment(request: HttpRequest, slug: str, name: str, payload: LockIn):
     require_scope(request, TokenScope.DEPLOY)
     user = acting_user(request)
-    if user is not None and not user.has_perm(LOCK_PERMISSION):
+    if user is not None and not allowed(user, "environment.lock"):
         raise ApiError(
-            403, "forbidden", f"{user.get_username()} lacks the {LOCK_PERMISSION} permission"
+            403,
+            "forbidden",
+            f"{user.get_username()} lacks the {PERMISSIONS['environment.lock']} permission",
         )
     project = visible_project(request, slug)
     lock = deploy_locks.lock_acquire(
