@@ -1,7 +1,8 @@
 """Creating a deployment: the one path a trigger, a retry and a rollback share.
 
 ``create`` takes the environment lock, answers a repeated idempotency key with the
-deployment it made the first time, asks the caller's ``plan`` (under the lock) what the new
+deployment it made the first time, refuses an environment someone holds a deploy lock on
+(deployments.deploy_locks), asks the caller's ``plan`` (under the lock) what the new
 deployment runs, applies the environment's gate (freeze, approval, wait timer), inserts the
 row and, when it may start, its job, writes the caller's audit entry, and announces it.
 deployments.services (trigger and retry) and deployments.rollback differ only in their plan.
@@ -16,6 +17,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from deployments import environments, policy
+from deployments.deploy_locks import refuse_if_locked
 from deployments.environments import Gate
 from deployments.errors import IdempotencyConflict
 from deployments.events import emit, emit_approval_requested, log_deployment
@@ -70,6 +72,7 @@ def create(
             existing = replay(project, idempotency_key, fingerprint)
             if existing is not None:
                 return existing
+        refuse_if_locked(project, environment)
         chosen = plan()
         ref = chosen.fields["ref"]
         gate = environments.gate(project, environment, ref=ref, override_freeze=override_freeze)
