@@ -91,9 +91,15 @@ _TALLY_CHANGED = _CHANGED + " OR OLD.superseded_at IS DISTINCT FROM NEW.supersed
 _INSERT_TALLY = "INSERT INTO jobs_jobtallydelta (series, queue, task, bucket, n, total)"
 
 
-def _bucket_of(seconds: str) -> str:
-    """SQL for the histogram bucket of ``seconds``: the first bound it is within."""
-    cases = " ".join(f"WHEN {seconds} <= {bound!r} THEN {i}" for i, bound in enumerate(BOUNDS))
+def _bucket_of(seconds: str, *, scale: int = 1) -> str:
+    """SQL for the histogram bucket of ``seconds``: the first bound it is within.
+
+    ``scale`` 1_000_000 compares microseconds with whole-microsecond bounds (SQLite).
+    """
+    cases = " ".join(
+        f"WHEN {seconds} <= {round(bound * scale) if scale > 1 else repr(bound)} THEN {i}"
+        for i, bound in enumerate(BOUNDS)
+    )
     return f"CASE {cases} ELSE {len(BOUNDS)} END"
 
 
@@ -156,10 +162,24 @@ def _postgresql_tally_install() -> list[str]:
     return statements
 
 
-def _sqlite_seconds(later: str, earlier: str) -> str:
-    return f"max((julianday({later}) - julianday({earlier})) * 86400.0, 0)"
+def _sqlite_micros(later: str, earlier: str) -> str:
+    """SQL for ``later - earlier`` in whole microseconds, never below 0, on SQLite.
+
+    Django stores a datetime there as ``YYYY-MM-DD HH:MM:SS[.ffffff]`` (UTC): whole seconds
+    from ``strftime('%s')`` plus the digits after the point, in integers, so a time exactly
+    on a bound lands in that bound's bucket (``julianday`` arithmetic is off by some 10 µs).
+    """
+
+    def micros(at: str) -> str:
+        return (
+            f"(CAST(strftime('%s', {at}) AS INTEGER) * 1000000 "
+            f"+ CAST(substr({at} || '.000000', 21, 6) AS INTEGER))"
+        )
+
+    return f"max({micros(later)} - {micros(earlier)}, 0)"
 
 
+MICROS = 1_000_000
 _SQLITE_DEAD_LETTER = "{row}.status = 'dead' AND {row}.superseded_at IS NULL"
 _SQLITE_TALLY_INSTALL = [
     f"""
@@ -179,13 +199,13 @@ _SQLITE_TALLY_INSTALL = [
         {_INSERT_TALLY} SELECT '{DEAD_LETTERS}', NEW.queue, NEW.task, -1, 1, 0
         WHERE {_SQLITE_DEAD_LETTER.format(row="NEW")};
         {_INSERT_TALLY}
-        SELECT '{RUN_TIME}', NEW.queue, NEW.task, {_bucket_of("run")}, 1, run
-        FROM (SELECT {_sqlite_seconds("NEW.finished_at", "NEW.started_at")} AS run)
+        SELECT '{RUN_TIME}', NEW.queue, NEW.task, {_bucket_of("us", scale=MICROS)}, 1, us / 1e6
+        FROM (SELECT {_sqlite_micros("NEW.finished_at", "NEW.started_at")} AS us)
         WHERE NEW.status IN {_FINAL} AND OLD.status NOT IN {_FINAL}
             AND NEW.started_at IS NOT NULL AND NEW.finished_at IS NOT NULL;
         {_INSERT_TALLY}
-        SELECT '{WAIT_TIME}', NEW.queue, NEW.task, {_bucket_of("wait")}, 1, wait
-        FROM (SELECT {_sqlite_seconds("NEW.started_at", "NEW.run_after")} AS wait)
+        SELECT '{WAIT_TIME}', NEW.queue, NEW.task, {_bucket_of("us", scale=MICROS)}, 1, us / 1e6
+        FROM (SELECT {_sqlite_micros("NEW.started_at", "NEW.run_after")} AS us)
         WHERE NEW.status IN {_FINAL} AND OLD.status NOT IN {_FINAL}
             AND NEW.started_at IS NOT NULL AND NEW.finished_at IS NOT NULL;
     END

@@ -139,3 +139,37 @@ def test_histograms_count_each_end_once_exactly_and_never_go_down():
     within = tallies.BOUNDS.index(5)  # 3 s: the first bound it is within is 5 s
     assert grown == [0] * within + [1] * (len(tallies.BOUNDS) + 1 - within)
     assert after[("other", "tests.flaky")].buckets == before[("other", "tests.flaky")].buckets
+
+
+SQLITE_SCRIPT = """
+from datetime import timedelta
+from django.utils import timezone
+from jobs import services
+from jobs.accounting import tallies
+from jobs.models import DEAD_LETTER, Job
+jobs = services.enqueue_many('jobs.noop', [{}] * 4)
+now = timezone.now()
+for job, run in zip(jobs, (0.004, 0.3, 2.5, 90)):
+    Job.objects.filter(pk=job.pk).update(status='running', started_at=now, run_after=now)
+    Job.objects.filter(pk=job.pk).update(status='dead', finished_at=now + timedelta(seconds=run))
+services.job_supersede([jobs[0].pk], actor='test')
+services.job_retry(jobs[1].pk, actor='test')
+Job.objects.filter(pk=jobs[2].pk).delete()
+print('before', tallies.dead_letters(), Job.objects.filter(DEAD_LETTER).count())
+tallies.fold()
+print('after', tallies.dead_letters())
+print('runtime', tallies.histograms('run_time')[('default', 'jobs.noop')].buckets)
+"""
+
+
+def test_the_tallies_work_on_the_embedded_sqlite(tmp_path):
+    from tests.foundation.test_embedded import embedded_env, manage
+
+    env = embedded_env(tmp_path)
+    manage(env, "migrate", "--noinput")
+    lines = manage(env, "shell", "-c", SQLITE_SCRIPT).stdout.strip().splitlines()[-3:]
+    assert lines[0] == "before {('default', 'jobs.noop'): 1} 1"
+    assert lines[1] == "after {('default', 'jobs.noop'): 1}"
+    # 4 ms, 300 ms, 2.5 s (on its bound), 90 s, cumulative over tallies.BOUNDS and +Inf.
+    expected = [sum(run <= bound for run in (0.004, 0.3, 2.5, 90)) for bound in tallies.BOUNDS]
+    assert lines[2] == f"runtime {expected + [4]}"
