@@ -76,7 +76,7 @@ def test_dashboard_counts_match_the_database_and_follow_running_jobs(admin_page,
     # The chart comes from the per-minute rollup, refreshed by the worker's account_jobs run.
     wait_for_js(
         page,
-        "(document.querySelector('#dashboard-chart svg').getAttribute('aria-label') || '')"
+        "(document.querySelector('#dashboard-chart > div').getAttribute('aria-label') || '')"
         ".includes('4 succeeded')",
     )
     assert page.evaluate(
