@@ -12,6 +12,8 @@ from django.utils import timezone
 from jobs import services
 from jobs.accounting import tallies
 from jobs.models import DEAD_LETTER, Job, JobStatus, JobTallyDelta
+from tests.console.test_console import client, samples
+from tests.processes import wait_until
 
 pytestmark = pytest.mark.django_db
 S = JobStatus
@@ -173,3 +175,45 @@ def test_the_tallies_work_on_the_embedded_sqlite(tmp_path):
     # 4 ms, 300 ms, 2.5 s (on its bound), 90 s, cumulative over tallies.BOUNDS and +Inf.
     expected = [sum(run <= bound for run in (0.004, 0.3, 2.5, 90)) for bound in tallies.BOUNDS]
     assert lines[2] == f"runtime {expected + [4]}"
+
+
+@pytest.mark.slow
+def test_metrics_histograms_match_jobs_run_by_a_real_worker(settings, start_worker):
+    """Jobs run, retried and killed by a worker: /metrics' buckets equal the table's times."""
+    settings.CONVEYOR_METRICS_ALLOW = "127.0.0.1"
+    sleeps = [0, 0, 0.03, 0.3, 0.3, 1.2]
+    services.enqueue_many("tests.record", [{"sleep": s} for s in sleeps])
+    services.enqueue_many("tests.flaky", [{"fail_runs": 1}] * 2, queue="other")
+    services.enqueue_many("tests.permanent", [{}] * 2)
+    start_worker(queues="default,other", concurrency=2)
+    ended = Job.objects.filter(status__in=[S.SUCCEEDED, S.DEAD])
+    wait_until(lambda: ended.count() == len(sleeps) + 4, timeout=60, message="every job to end")
+
+    def scraped() -> dict:
+        return samples(client().get("/metrics").content.decode())
+
+    found = scraped()
+    for queue, task in set(ended.values_list("queue", "task")):
+        rows = Job.objects.filter(queue=queue, task=task)
+        runs = [(j.finished_at - j.started_at).total_seconds() for j in rows]
+        waits = [(j.started_at - j.run_after).total_seconds() for j in rows]
+        pair = (("queue", queue), ("task", task))
+        for name, values in (("runtime", runs), ("wait", waits)):
+            family = f"conveyor_job_{name}_seconds"
+            buckets = []
+            for bound in [*tallies.BOUNDS, float("inf")]:
+                le = "+Inf" if bound == float("inf") else str(float(bound))
+                got = found[(f"{family}_bucket", (("le", le), *pair))]
+                assert got == sum(max(v, 0) <= bound for v in values), (family, task, le)
+                buckets.append(got)
+            assert buckets == sorted(buckets)  # cumulative
+            assert found[(f"{family}_count", pair)] == len(values)
+            assert found[(f"{family}_sum", pair)] == pytest.approx(
+                sum(max(v, 0) for v in values), abs=1e-3
+            )
+    # A second scrape, after a fold and after the jobs were purged, reads the same.
+    tallies.fold()
+    Job.objects.filter(status__in=[S.SUCCEEDED, S.DEAD]).delete()
+    again = scraped()
+    histogram = {k: v for k, v in found.items() if k[0].startswith("conveyor_job_runtime")}
+    assert {k: again[k] for k in histogram} == histogram
