@@ -16,11 +16,14 @@ def install_triggers(apps, schema_editor):
 def uninstall_tally_triggers(apps, schema_editor):
     from jobs.accounting import triggers
 
+    postgresql = schema_editor.connection.vendor == "postgresql"
     with schema_editor.connection.cursor() as cursor:
         for name in triggers.TALLY_TRIGGERS:
-            cursor.execute(f"DROP TRIGGER IF EXISTS {name} ON jobs_job"
-                           if schema_editor.connection.vendor == "postgresql"
-                           else f"DROP TRIGGER IF EXISTS {name}")
+            if postgresql:
+                cursor.execute(f"DROP TRIGGER IF EXISTS {name} ON jobs_job")
+                cursor.execute(f"DROP FUNCTION IF EXISTS {name}()")
+            else:
+                cursor.execute(f"DROP TRIGGER IF EXISTS {name}")
 
 
 class Migration(migrations.Migration):
