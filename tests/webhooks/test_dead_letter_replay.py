@@ -71,5 +71,7 @@ def test_replayed_dead_deliveries_stop_counting_once_delivered(
         job = Job.objects.get(pk=job_id)
         assert job.status == JobStatus.DEAD and job.superseded_at is not None
         assert api.get(f"/jobs/{job_id}").json()["superseded_at"] is not None
+        page = client(admin_user).get(f"/admin/jobs/job/{job_id}/change/")
+        assert page.status_code == 200 and "superseded at" in page.content.decode().lower()
     superseded = client(admin_user).get("/admin/jobs/job/", {"dead_letter": "superseded"})
     assert sorted(job.pk for job in superseded.context["cl"].result_list) == sorted(dead_jobs)
