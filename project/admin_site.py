@@ -32,7 +32,15 @@ DASHBOARD_PARTS = (
     "approvals",  # deployments waiting for approval
     "maintenance",
 )
-QUEUE_FIGURES = ("queue", "queued", "running", "retrying", "dead_24h", "oldest_age", "broker_depth")
+QUEUE_FIGURES = (
+    "queue",
+    "queued",
+    "running",
+    "retrying",
+    "dead_letters",
+    "oldest_age",
+    "broker_depth",
+)
 
 
 class ConsoleAdminSite(admin.AdminSite):
