@@ -14,6 +14,7 @@ from django.utils import timezone
 from jobs.models import Job, JobStatus
 from tests.api.conftest import make_api  # noqa: F401 - fixture
 from tests.console.test_console import client, samples
+from tests.processes import wait_until
 from tests.webhooks.receiver import Reply
 from tests.webhooks.test_delivery import make_endpoint, wait_delivery
 from webhooks import notify, services
@@ -63,7 +64,12 @@ def test_replayed_dead_deliveries_stop_counting_once_delivered(
     services.delivery_replay(delivery_id=dead[0].pk, actor="test")
     assert services.delivery_replay_since(endpoint_id=endpoint.pk, since=since, actor="t") == 1
     delivered = [wait_delivery(d.pk, D.DELIVERED) for d in dead]
-    assert all(d.job.status == JobStatus.SUCCEEDED for d in delivered)
+    # The delivery row says delivered a moment before its job's success is written.
+    wait_until(
+        lambda: all(Job.objects.get(pk=d.job_id).status == JobStatus.SUCCEEDED for d in delivered),
+        timeout=30,
+        message="the replays' jobs to succeed",
+    )
 
     assert figures(admin_user, api) == {"metrics": 0, "dashboard": 0, "api": 0, "listed": 0}
     # The dead jobs are kept, superseded, and say so in the API.
