@@ -65,6 +65,12 @@ class Environment(models.Model):
         blank=True,
         help_text="freeze windows (see deployments.freeze); triggers inside one are refused",
     )
+    health = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="the health gate after each success (see deployments.health): window, "
+        "max_failure_rate, min_events, check, rollback (empty: no gate)",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
