@@ -4,6 +4,7 @@ its (short) window's end by a real worker, and rolled back where the environment
 import time
 
 import pytest
+from django.test import Client
 
 from deployments.dora import dora_metrics
 from deployments.models import Deployment, Environment
@@ -77,7 +78,7 @@ def two_deployments(shop, git_repo, environment: str) -> tuple[Deployment, Deplo
 
 
 def test_a_burst_of_failures_marks_the_deployment_unhealthy_and_rolls_it_back(
-    shop, git_repo, start_worker, project_api
+    shop, git_repo, start_worker, project_api, admin_user
 ):
     start_worker(queues="default,deployments", concurrency=2, env=WORKER_ENV)
     first, second = two_deployments(shop, git_repo, "production")
@@ -118,6 +119,14 @@ def test_a_burst_of_failures_marks_the_deployment_unhealthy_and_rolls_it_back(
     assert api.get(f"/deployments/{first.pk}").json()["health"]["status"] == "healthy"
     kinds = [e["kind"] for e in api.get(f"/deployments/{second.pk}/timeline").json()["events"]]
     assert kinds.index("finished") < kinds.index("unhealthy") < kinds.index("rolled_back")
+
+    # ... and on the deployment page.
+    console = Client()
+    console.force_login(admin_user)
+    page = console.get(f"/admin/deployments/deployment/{second.pk}/change/").content.decode()
+    assert '<b class="pill failed" id="health-status">unhealthy</b>' in page
+    assert "failure rate 83.33%" in page and f"deployment #{rollback.pk}</a>" in page
+    assert 'data-kind="unhealthy"' in page and 'data-kind="rolled_back"' in page
 
     # DORA counts the unhealthy deployment as a failed change, restored by the rollback.
     dora = dora_metrics(project=shop, environment="production", days=1)

@@ -5,6 +5,7 @@ through their owners' services; a dry run only counts; bad requests get the one 
 import time
 
 import pytest
+from django.test import Client
 
 from deployments.models import Deployment, Recovery
 from deployments.services import deployment_create
@@ -124,8 +125,8 @@ def test_recovery_retries_exactly_the_failures_between_a_deployment_and_the_next
     assert (recovery.done, recovery.failed, recovery.errors) == (4, 0, [])
     assert retried_jobs(recovery) == set(between)
     assert replayed_deliveries(recovery) == {between_delivery}
-    for pk in before[:1] + other_project[:2] + after:
-        assert Job.objects.get(pk=pk).attempts == 1  # never retried
+    untouched = [str(pk) for pk in before[:1] + other_project[:2] + after]
+    assert not AuditLog.objects.filter(action="job.retry", target_id__in=untouched).exists()
     for pk in [before[1], other_project[2], after_delivery]:
         assert Delivery.objects.get(pk=pk).status == DeliveryStatus.DEAD
     assert Delivery.objects.get(pk=between_delivery).replays == 1
@@ -134,6 +135,36 @@ def test_recovery_retries_exactly_the_failures_between_a_deployment_and_the_next
     kinds = [e["kind"] for e in api.get(f"/deployments/{first.pk}/timeline").json()["events"]]
     assert "recovery" in kinds
     assert recovery.since == first.finished_at and recovery.until == second.finished_at
+
+    # The retried jobs ran again (and died again): failures after the second deployment now.
+    deadline = time.monotonic() + 30
+    again = Job.objects.filter(
+        pk__in=between, status=JobStatus.DEAD, finished_at__gt=second.finished_at
+    )
+    while again.count() < 3:
+        assert time.monotonic() < deadline, "the retried jobs did not run again"
+        time.sleep(0.1)
+
+    # The deployment page: a button, a dry-run count to confirm, then the progress.
+    page = f"/admin/deployments/deployment/{second.pk}/change/"
+    console = Client()
+    console.force_login(person("dora", "view_deployment", "recover_deployment"))
+    assert 'id="recover-link"' in console.get(page).content.decode()
+    confirm = console.get(f"/admin/deployments/deployment/{second.pk}/recover/").content.decode()
+    assert '<b id="recover-jobs">5</b>' in confirm and '<b id="recover-deliveries">1</b>' in confirm
+    assert console.post(f"/admin/deployments/deployment/{second.pk}/recover/").status_code == 302
+    made = wait_done(Recovery.objects.get(deployment=second).pk)
+    assert retried_jobs(made) == set(after) | set(between)
+    assert replayed_deliveries(made) == {after_delivery}
+    assert made.actor == "dora" and made.done == 6
+    shown = console.get(page).content.decode()
+    assert 'id="deployment-recoveries"' in shown and "6 retried, 0 refused of 6" in shown
+    viewer = Client()
+    viewer.force_login(person("vic", "view_deployment"))
+    assert 'id="recover-link"' not in viewer.get(page).content.decode()
+    assert viewer.get(f"/admin/deployments/deployment/{second.pk}/recover/").status_code == 403
+    assert viewer.post(f"/admin/deployments/deployment/{second.pk}/recover/").status_code == 403
+    assert Recovery.objects.count() == 2
 
 
 def test_recovery_refuses_bad_requests_in_the_one_error_shape(shop, project_api):
