@@ -1,0 +1,98 @@
+"""The health gate's rules from projects-as-code, and its verdict with a check command."""
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from deployments.health import health_evaluate, health_watch
+from deployments.models import Deployment, DeploymentEvent, Environment
+from deployments.projects_as_code.apply import apply_document
+from deployments.projects_as_code.schema import InvalidDocument
+from jobs.models import Job
+from webhooks.models import Event
+
+
+def document(health) -> dict:
+    return {"projects": [{"slug": "web", "environments": [{"name": "prod", "health": health}]}]}
+
+
+def test_health_rules_are_applied_with_their_defaults(db):
+    apply_document(document({"window": "10m", "rollback": True, "check": "./ok"}))
+    rules = Environment.objects.get(name="prod").health
+    assert rules == {
+        "window": 600,
+        "check_timeout": 30,
+        "max_failure_rate": 0.2,
+        "min_events": 5,
+        "check": "./ok",
+        "rollback": True,
+    }
+    apply_document(document(None))
+    assert Environment.objects.get(name="prod").health == {}
+
+
+@pytest.mark.parametrize(
+    ("health", "error"),
+    [
+        ({"rollback": True}, "health.window: required"),
+        ({"window": "2d"}, "health.window: required"),
+        ({"window": "1m", "max_failure_rate": 1.5}, "health.max_failure_rate"),
+        ({"window": "1m", "min_events": 0}, "health.min_events"),
+        ({"window": "1m", "rollback": "yes"}, "health.rollback: must be true or false"),
+        ({"window": "1m", "when": "always"}, "health.when: unknown key"),
+        ("10m", "health: must be a mapping"),
+    ],
+)
+def test_bad_health_rules_are_refused_with_their_key_path(db, health, error):
+    with pytest.raises(InvalidDocument) as refused:
+        apply_document(document(health))
+    assert any(error in line for line in refused.value.errors), refused.value.errors
+
+
+def finished(project, environment: str, *, ago: float) -> Deployment:
+    """A deployment that succeeded ``ago`` seconds ago, watched by its environment's gate."""
+    now = timezone.now()
+    deployment = Deployment.objects.create(
+        project=project,
+        environment=environment,
+        ref="main",
+        pipeline_name="default",
+        timeout=60,
+        status="success",
+        created_at=now - timedelta(seconds=ago + 1),
+        updated_at=now,
+        finished_at=now - timedelta(seconds=ago),
+    )
+    health_watch(deployment)
+    return deployment
+
+
+def test_a_failing_check_command_makes_a_quiet_deployment_unhealthy(make_project, tmp_path):
+    project = make_project("web")
+    flag = tmp_path / "down"
+    rules = {"window": 60, "max_failure_rate": 0.2, "min_events": 5, "check_timeout": 5}
+    Environment.objects.create(
+        project=project,
+        name="prod",
+        health={**rules, "check": f"test ! -e {flag}", "rollback": False},
+    )
+    Environment.objects.create(project=project, name="dev")  # no gate
+
+    assert finished(project, "dev", ago=120).health == {}
+    passing = finished(project, "prod", ago=120)
+    job = Job.objects.get(pk=passing.health["job_id"])
+    assert job.task == "deployments.health_check" and job.queue == "deployments"
+    assert job.run_after == passing.finished_at + timedelta(seconds=60)
+    assert health_evaluate(passing.pk)["status"] == "healthy"
+
+    flag.write_text("1")
+    failing = finished(project, "prod", ago=90)
+    verdict = health_evaluate(failing.pk)
+    assert verdict["status"] == "unhealthy" and verdict["figures"]["after"]["events"] == 0
+    assert verdict["figures"]["check"]["exit_code"] == 1
+    assert verdict["reasons"] == [f"health check 'test ! -e {flag}' failed (exit 1)"]
+    # Judged once: a second run of the job changes nothing and announces nothing more.
+    assert health_evaluate(failing.pk)["evaluated_at"] == verdict["evaluated_at"]
+    assert Event.objects.filter(type="deployment.unhealthy").count() == 1
+    assert DeploymentEvent.objects.filter(deployment=failing, kind="unhealthy").count() == 1
