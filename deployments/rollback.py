@@ -9,7 +9,9 @@ target and ``undoes`` = the current one. It obeys the environment's freeze and a
 rules like any trigger, and is announced as ``deployment.created`` with ``rollback: true``.
 """
 
-from django.db.models import QuerySet
+from django.db.models import QuerySet, TextField, Value
+from django.db.models.fields.json import KT
+from django.db.models.functions import Coalesce
 
 from deployments import creation
 from deployments.errors import (
@@ -44,7 +46,9 @@ def rollback_target(project: Project, environment: str, current: Deployment) -> 
         .filter(finished_at__lt=current.finished_at)
         .exclude(commit_sha=current.commit_sha)
         .exclude(undone_by__status=S.SUCCESS)
-        .exclude(health__status=HEALTH_UNHEALTHY)
+        # Coalesced: a missing key compares as NULL, and NOT NULL would drop every row.
+        .alias(health_status=Coalesce(KT("health__status"), Value(""), output_field=TextField()))
+        .exclude(health_status=HEALTH_UNHEALTHY)
         .first()
     )
     if earlier is None:
