@@ -49,6 +49,7 @@ from django.utils import timezone
 from deployments.environments import rules_of
 from deployments.errors import DeploymentError
 from deployments.events import emit_unhealthy, log_deployment
+from deployments.health_rules import stored_rules
 from deployments.models import Deployment, DeploymentEvent
 from deployments.models.deployments import HEALTH_HEALTHY, HEALTH_UNHEALTHY, HEALTH_WATCHING
 from jobs import services as jobs
@@ -61,61 +62,16 @@ HEALTH_TASK = "deployments.health_check"
 # On a deployer (the check runs in the deployment's directory, which is on its host).
 HEALTH_QUEUE = "deployments"
 DEFAULT_CHECK_TIMEOUT = 30
-MAX_WINDOW = 24 * 3600
-MAX_CHECK_TIMEOUT = 600
 MAX_CHECK_OUTPUT = 2000
 # A delivery's attempts span at most hours (CONVEYOR_WEBHOOK_MAX_ATTEMPTS with the backoff
 # cap), so the events whose attempts fall in a window were created at most this long before it.
 EVENT_LOOKBACK = timedelta(days=1)
-RULE_KEYS = {"window", "max_failure_rate", "min_events", "check", "check_timeout", "rollback"}
-
-
-def clean_rules(raw: object, *, seconds) -> tuple[dict, list[str]]:
-    """Return stored rules from a ``health`` mapping and the errors found (keys relative).
-
-    ``seconds(value)`` turns a duration (``10m`` or a number) into seconds or raises
-    ValueError. An empty mapping (or None) means no gate.
-    """
-    if raw is None or raw == {}:
-        return {}, []
-    if not isinstance(raw, dict):
-        return {}, ["must be a mapping with window, max_failure_rate, min_events, ..."]
-    errors = [
-        f"{key}: unknown key (allowed: {', '.join(sorted(RULE_KEYS))})"
-        for key in raw
-        if key not in RULE_KEYS
-    ]
-    rules: dict = {}
-    for key, default, top in (("window", None, MAX_WINDOW), ("check_timeout", 30, 600)):
-        try:
-            value = seconds(raw[key]) if key in raw else default
-        except (TypeError, ValueError):
-            value = None
-        if value is None or not 1 <= value <= top:
-            errors.append(f"{key}: required; a duration from 1s to {top}s such as 10m")
-        rules[key] = value
-    rate = raw.get("max_failure_rate", 0.2)
-    if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 <= rate < 1:
-        errors.append("max_failure_rate: a number from 0 to below 1, such as 0.2")
-    minimum = raw.get("min_events", 5)
-    if isinstance(minimum, bool) or not isinstance(minimum, int) or not 1 <= minimum <= 10**6:
-        errors.append("min_events: a whole number of at least 1")
-    check = raw.get("check", "")
-    if not isinstance(check, str) or len(check) > 2000 or "\x00" in check:
-        errors.append("check: a shell command of at most 2000 characters")
-    rollback = raw.get("rollback", False)
-    if not isinstance(rollback, bool):
-        errors.append("rollback: must be true or false")
-    if errors:
-        return {}, errors
-    rules.update(max_failure_rate=float(rate), min_events=minimum, check=check, rollback=rollback)
-    return rules, []
 
 
 def health_watch(deployment: Deployment) -> None:
     """Start watching a deployment that just succeeded, if its environment has a gate."""
-    rules = rules_of(deployment.project, deployment.environment).health or {}
-    if not rules.get("window"):
+    rules = stored_rules(rules_of(deployment.project, deployment.environment).health)
+    if not rules:
         return
     until = deployment.finished_at + timedelta(seconds=rules["window"])
     job = jobs.enqueue(

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from django.core.exceptions import ValidationError
 
 from deployments.freeze import parse_window
-from deployments.health import clean_rules
+from deployments.health_rules import clean_rules
 from deployments.models.environments import (
     MAX_REF_PATTERNS,
     MAX_REQUIRED_APPROVALS,

@@ -3,6 +3,7 @@
 from datetime import timedelta
 
 import pytest
+from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from deployments.health import health_evaluate, health_watch
@@ -78,8 +79,13 @@ def test_a_failing_check_command_makes_a_quiet_deployment_unhealthy(make_project
         health={**rules, "check": f"test ! -e {flag}", "rollback": False},
     )
     Environment.objects.create(project=project, name="dev")  # no gate
+    # Rules the admin would refuse (durations are whole seconds there) never break a finish.
+    broken = Environment.objects.create(project=project, name="qa", health={"window": "10m"})
+    with pytest.raises(ValidationError, match="window: required"):
+        broken.full_clean()
 
     assert finished(project, "dev", ago=120).health == {}
+    assert finished(project, "qa", ago=120).health == {}
     passing = finished(project, "prod", ago=120)
     job = Job.objects.get(pk=passing.health["job_id"])
     assert job.task == "deployments.health_check" and job.queue == "deployments"
