@@ -22,7 +22,7 @@ FINAL_TOPICS = {
     DeploymentStatus.CANCELLED: "deployment.cancelled",
 }
 # Topics that also land in the in-app inbox of the user who triggered the deployment.
-INBOX_TOPICS = frozenset({"deployment.failed"})
+INBOX_TOPICS = frozenset({"deployment.failed", "deployment.unhealthy"})
 
 
 def log_deployment(event: str, deployment: Deployment, **fields) -> None:
@@ -111,6 +111,5 @@ def emit_unhealthy(deployment: Deployment, health: dict) -> None:
         "message": "; ".join(health.get("reasons", [])),
     }
     log_deployment("deployment.event", deployment, topic="deployment.unhealthy")
-    webhooks.notify(
-        "deployment.unhealthy", data, recipients=_recipients(deployment, "deployment.failed")
-    )
+    topic = "deployment.unhealthy"
+    webhooks.notify(topic, data, recipients=_recipients(deployment, topic))

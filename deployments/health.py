@@ -103,7 +103,12 @@ def project_jobs(slug: str):
 
 
 def health_figures(slug: str, since: datetime, until: datetime) -> dict:
-    """Measure a project's jobs and webhook deliveries over ``[since, until)``."""
+    """Measure a project's jobs and webhook deliveries over ``[since, until)``.
+
+    Run twice per watched deployment by its one job, never on a request path: the jobs are
+    found through ``job_purge_idx`` (status, finished_at) and then filtered by payload, the
+    attempts by their delivery's event (events of the day before ``since``, read as JSON).
+    """
     ended = project_jobs(slug).filter(
         finished_at__gte=since,
         finished_at__lt=until,
