@@ -10,6 +10,8 @@ An environment's ``health`` rules (``Environment.health``, from projects-as-code
       check: "./healthcheck"  # optional command (exit 0 = healthy), run at the window's end
       check_timeout: 30s      # default 30s
       rollback: true          # roll back to the last healthy deployment on a breach
+      interval: 2m            # optional: also judge every 2m during the window; a breach
+                              # found early ends the watch at once (healthy only at the end)
 
 ``health_watch`` (called by deployments.lifecycle.finish on a success, in its transaction)
 stamps the deployment ``health = {"status": "watching", "rules", "until"}`` and enqueues one
@@ -77,6 +79,17 @@ def health_watch(deployment: Deployment) -> None:
     job = jobs.enqueue(
         HEALTH_TASK, {"deployment_id": deployment.pk}, queue=HEALTH_QUEUE, run_after=until
     )
+    interval = rules.get("interval")
+    if interval:
+        at = deployment.finished_at + timedelta(seconds=interval)
+        while at < until:
+            jobs.enqueue(
+                HEALTH_TASK,
+                {"deployment_id": deployment.pk, "interim": True},
+                queue=HEALTH_QUEUE,
+                run_after=at,
+            )
+            at += timedelta(seconds=interval)
     deployment.health = {
         "status": HEALTH_WATCHING,
         "rules": rules,
@@ -197,8 +210,12 @@ def breaches(rules: dict, after: dict, before: dict, check: dict | None) -> list
     return found
 
 
-def health_evaluate(deployment_id: int) -> dict:
-    """Judge a watched deployment at its window's end; return its health (idempotent)."""
+def health_evaluate(deployment_id: int, *, interim: bool = False) -> dict:
+    """Judge a watched deployment at its window's end; return its health (idempotent).
+
+    An ``interim`` check (every ``interval`` during the window) measures the window so far
+    and ends the watch only on a breach; without one the deployment stays ``watching``.
+    """
     deployment = Deployment.objects.select_related("project").get(pk=deployment_id)
     health = deployment.health or {}
     if health.get("status") != HEALTH_WATCHING:
@@ -207,7 +224,8 @@ def health_evaluate(deployment_id: int) -> dict:
     window = timedelta(seconds=rules["window"])
     finished = deployment.finished_at
     slug = deployment.project.slug
-    after = health_figures(slug, finished, finished + window)
+    end = min(finished + window, timezone.now()) if interim else finished + window
+    after = health_figures(slug, finished, end)
     before = health_figures(slug, finished - window, finished)
     check = None
     if rules.get("check"):
@@ -217,10 +235,13 @@ def health_evaluate(deployment_id: int) -> dict:
             timeout=rules.get("check_timeout") or DEFAULT_CHECK_TIMEOUT,
         )
     reasons = breaches(rules, after, before, check)
+    if interim and not reasons:
+        return health
     verdict = {
         **health,
         "status": HEALTH_UNHEALTHY if reasons else HEALTH_HEALTHY,
         "evaluated_at": timezone.now().isoformat(),
+        "early": interim,
         "reasons": reasons,
         "figures": {"after": after, "before": before, "check": check},
     }

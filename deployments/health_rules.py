@@ -12,7 +12,11 @@ logger = logging.getLogger("deployments")
 MAX_WINDOW = 24 * 3600
 MAX_CHECK_TIMEOUT = 600
 MAX_CHECK_LENGTH = 2000
-RULE_KEYS = {"window", "max_failure_rate", "min_events", "check", "check_timeout", "rollback"}
+RULE_KEYS = {
+    "window", "max_failure_rate", "min_events", "check", "check_timeout", "rollback", "interval",
+}  # fmt: skip
+# Interim checks a window may have at most (``interval``); the last one is the window's end.
+MAX_INTERIM_CHECKS = 20
 
 
 def clean_rules(raw: object, *, seconds) -> tuple[dict, list[str]]:
@@ -40,8 +44,22 @@ def clean_rules(raw: object, *, seconds) -> tuple[dict, list[str]]:
         except (TypeError, ValueError):
             value = None
         if value is None or not 1 <= value <= top:
-            errors.append(f"{key}: required; a duration from 1s to {top}s such as 10m")
+            needed = "required; " if key == "window" else ""
+            errors.append(f"{key}: {needed}a duration from 1s to {top}s such as 10m")
         rules[key] = value
+    interval = None
+    if raw.get("interval") is not None:
+        try:
+            interval = seconds(raw["interval"])
+        except (TypeError, ValueError):
+            interval = 0
+        window = rules["window"] or 0
+        if not 1 <= interval < window or window / interval > MAX_INTERIM_CHECKS + 1:
+            errors.append(
+                f"interval: a duration shorter than the window, at most "
+                f"{MAX_INTERIM_CHECKS} checks in it"
+            )
+    rules["interval"] = interval
     rate = raw.get("max_failure_rate", 0.2)
     if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 <= rate < 1:
         errors.append("max_failure_rate: a number from 0 to below 1, such as 0.2")

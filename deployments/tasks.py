@@ -22,7 +22,8 @@ def health_check(ctx: JobContext) -> dict:
     """Judge the health of the deployment named in the job's payload."""
     from deployments.health import health_evaluate
 
-    health = health_evaluate(int(ctx.payload["deployment_id"]))
+    interim = bool(ctx.payload.get("interim"))
+    health = health_evaluate(int(ctx.payload["deployment_id"]), interim=interim)
     return {"status": health.get("status"), "reasons": health.get("reasons", [])}
 
 

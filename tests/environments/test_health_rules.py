@@ -28,7 +28,10 @@ def test_health_rules_are_applied_with_their_defaults(db):
         "min_events": 5,
         "check": "./ok",
         "rollback": True,
+        "interval": None,
     }
+    apply_document(document({"window": "10m", "interval": "1m"}))
+    assert Environment.objects.get(name="prod").health["interval"] == 60
     apply_document(document(None))
     assert Environment.objects.get(name="prod").health == {}
 
@@ -43,6 +46,8 @@ def test_health_rules_are_applied_with_their_defaults(db):
         ({"window": "1m", "rollback": "yes"}, "health.rollback: must be true or false"),
         ({"window": "1m", "when": "always"}, "health.when: unknown key"),
         ("10m", "health: must be a mapping"),
+        ({"window": "1m", "interval": "1m"}, "health.interval: a duration shorter"),
+        ({"window": "1h", "interval": "1m"}, "at most 20 checks"),
     ],
 )
 def test_bad_health_rules_are_refused_with_their_key_path(db, health, error):
@@ -102,3 +107,25 @@ def test_a_failing_check_command_makes_a_quiet_deployment_unhealthy(make_project
     assert health_evaluate(failing.pk)["evaluated_at"] == verdict["evaluated_at"]
     assert Event.objects.filter(type="deployment.unhealthy").count() == 1
     assert DeploymentEvent.objects.filter(deployment=failing, kind="unhealthy").count() == 1
+
+
+def test_interim_checks_end_the_watch_early_only_on_a_breach(make_project, tmp_path):
+    project = make_project("web")
+    flag = tmp_path / "down"
+    rules = {"window": 60, "interval": 20, "max_failure_rate": 0.2, "min_events": 5}
+    Environment.objects.create(
+        project=project, name="prod", health={**rules, "check": f"test ! -e {flag}"}
+    )
+    deployment = finished(project, "prod", ago=30)
+    checks = Job.objects.filter(task="deployments.health_check").order_by("run_after")
+    due = [(job.run_after - deployment.finished_at).total_seconds() for job in checks]
+    assert due == [20, 40, 60]
+    assert [job.payload.get("interim", False) for job in checks] == [True, True, False]
+
+    assert health_evaluate(deployment.pk, interim=True)["status"] == "watching"
+    deployment.refresh_from_db()
+    assert deployment.health["status"] == "watching" and "figures" not in deployment.health
+    flag.write_text("1")
+    early = health_evaluate(deployment.pk, interim=True)
+    assert early["status"] == "unhealthy" and early["early"] is True
+    assert health_evaluate(deployment.pk)["evaluated_at"] == early["evaluated_at"]
