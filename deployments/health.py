@@ -54,6 +54,8 @@ from deployments.events import emit_unhealthy, log_deployment
 from deployments.health_rules import stored_rules
 from deployments.models import Deployment, DeploymentEvent
 from deployments.models.deployments import HEALTH_HEALTHY, HEALTH_UNHEALTHY, HEALTH_WATCHING
+from deployments.runner.environment import step_environment
+from deployments.runner.masking import SecretMasker, project_secrets
 from jobs import services as jobs
 from jobs.models import AuditLog, Job, JobStatus
 from webhooks.models import AttemptOutcome, DeliveryAttempt, Event
@@ -170,21 +172,36 @@ def health_figures(slug: str, since: datetime, until: datetime) -> dict:
     }
 
 
-def run_check(command: str, *, cwd: str, timeout: int) -> dict:
-    """Run the environment's health-check command; exit 0 is healthy."""
+def run_check(command: str, *, deployment: Deployment, timeout: int) -> dict:
+    """Run the environment's health-check command as a step runs; exit 0 is healthy.
+
+    In the deployment's directory (when it is on this host) with a step's environment (never
+    the worker's own: deployments.runner.environment).
+    """
+    cwd = deployment.project_dir
     directory = cwd if cwd and Path(cwd).is_dir() else None
+    env = step_environment(
+        deployment=deployment,
+        project=deployment.project,
+        step={"name": "health-check"},
+        position=0,
+        workdir=directory or "",
+    )
     try:
         done = subprocess.run(  # noqa: S602 - the project's own declared command
             command,
             shell=True,
             cwd=directory,
+            env=env,
             capture_output=True,
             timeout=timeout,
             check=False,
         )
     except subprocess.TimeoutExpired:
         return {"command": command, "ok": False, "exit_code": None, "output": "timed out"}
-    output = (done.stdout + done.stderr).decode(errors="replace")[-MAX_CHECK_OUTPUT:]
+    # Masked as a step's log is: the check runs with the project's secrets.
+    masked = SecretMasker(project_secrets(deployment.project)).mask(done.stdout + done.stderr)
+    output = masked.decode(errors="replace")[-MAX_CHECK_OUTPUT:]
     return {
         "command": command,
         "ok": done.returncode == 0,
@@ -231,7 +248,7 @@ def health_evaluate(deployment_id: int, *, interim: bool = False) -> dict:
     if rules.get("check"):
         check = run_check(
             rules["check"],
-            cwd=deployment.project_dir,
+            deployment=deployment,
             timeout=rules.get("check_timeout") or DEFAULT_CHECK_TIMEOUT,
         )
     reasons = breaches(rules, after, before, check)

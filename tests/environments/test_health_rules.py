@@ -74,14 +74,20 @@ def finished(project, environment: str, *, ago: float) -> Deployment:
     return deployment
 
 
-def test_a_failing_check_command_makes_a_quiet_deployment_unhealthy(make_project, tmp_path):
-    project = make_project("web")
+def test_a_failing_check_command_makes_a_quiet_deployment_unhealthy(
+    make_project, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("WORKER_ONLY_SECRET", "s3cr3t-of-the-worker")
+    project = make_project("web", secrets={"API_TOKEN": "tok-0123456789abcdef"})
     flag = tmp_path / "down"
+    # Run as a step is: the project's secrets (masked in the output), not the worker's env.
+    check = (
+        'echo "token $API_TOKEN as $CONVEYOR_STEP"; test -z "$WORKER_ONLY_SECRET" && '
+        f"test ! -e {flag}"
+    )
     rules = {"window": 60, "max_failure_rate": 0.2, "min_events": 5, "check_timeout": 5}
     Environment.objects.create(
-        project=project,
-        name="prod",
-        health={**rules, "check": f"test ! -e {flag}", "rollback": False},
+        project=project, name="prod", health={**rules, "check": check, "rollback": False}
     )
     Environment.objects.create(project=project, name="dev")  # no gate
     # Rules the admin would refuse (durations are whole seconds there) never break a finish.
@@ -102,7 +108,8 @@ def test_a_failing_check_command_makes_a_quiet_deployment_unhealthy(make_project
     verdict = health_evaluate(failing.pk)
     assert verdict["status"] == "unhealthy" and verdict["figures"]["after"]["events"] == 0
     assert verdict["figures"]["check"]["exit_code"] == 1
-    assert verdict["reasons"] == [f"health check 'test ! -e {flag}' failed (exit 1)"]
+    assert verdict["figures"]["check"]["output"] == "token *** as health-check\n"
+    assert verdict["reasons"] == [f"health check {check!r} failed (exit 1)"]
     # Judged once: a second run of the job changes nothing and announces nothing more.
     assert health_evaluate(failing.pk)["evaluated_at"] == verdict["evaluated_at"]
     assert Event.objects.filter(type="deployment.unhealthy").count() == 1
