@@ -388,3 +388,19 @@ def recover(request: HttpRequest, deployment_id: int, payload: RecoverIn):
         return Status(200, {**counted, "dry_run": True, "status": "counted"})
     made = recovery.recovery_create(deployment, actor=actor(request), user=user)
     return Status(202, {**recovery.recovery_as_dict(made), "dry_run": False})
+
+
+class RecoveryListOut(Schema):
+    recoveries: list[RecoveryOut]
+
+
+@router.get(
+    "/deployments/{int:deployment_id}/recoveries",
+    response=RecoveryListOut,
+    summary="The recoveries of a deployment's failures, newest first, with their progress",
+)
+def list_recoveries(request: HttpRequest, deployment_id: int):
+    require_scope(request, TokenScope.READ)
+    deployment = visible_deployment(request, deployment_id)
+    found = deployment.recoveries.order_by("-pk")[: recovery.MAX_LISTED]
+    return {"recoveries": [{**recovery.recovery_as_dict(r), "dry_run": False} for r in found]}

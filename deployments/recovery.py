@@ -46,6 +46,8 @@ RECOVER_TASK = "deployments.recover"
 BATCH_SIZE = 100
 PAUSE_SECONDS = 0.5
 MAX_ERRORS = 20
+# The newest recoveries of one deployment the API lists.
+MAX_LISTED = 50
 
 
 @dataclass(frozen=True)

@@ -122,6 +122,10 @@ def test_recovery_retries_exactly_the_failures_between_a_deployment_and_the_next
     assert started.status_code == 202, started.content
     assert started.json()["jobs"] == 3 and started.json()["deliveries"] == 1
     recovery = wait_done(started.json()["id"])
+    listed = api.get(f"/deployments/{first.pk}/recoveries").json()["recoveries"]
+    assert [(r["id"], r["status"], r["done"], r["failed"]) for r in listed] == [
+        (recovery.pk, "done", 4, 0)
+    ]
     assert (recovery.done, recovery.failed, recovery.errors) == (4, 0, [])
     assert retried_jobs(recovery) == set(between)
     assert replayed_deliveries(recovery) == {between_delivery}
