@@ -6,6 +6,7 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
+from deployments.deploy_locks import Holder, lock_acquire, lock_release
 from deployments.health import health_evaluate, health_watch
 from deployments.models import Deployment, DeploymentEvent, Environment
 from deployments.projects_as_code.apply import apply_document
@@ -56,7 +57,7 @@ def test_bad_health_rules_are_refused_with_their_key_path(db, health, error):
     assert any(error in line for line in refused.value.errors), refused.value.errors
 
 
-def finished(project, environment: str, *, ago: float) -> Deployment:
+def finished(project, environment: str, *, ago: float, commit: str = "") -> Deployment:
     """A deployment that succeeded ``ago`` seconds ago, watched by its environment's gate."""
     now = timezone.now()
     deployment = Deployment.objects.create(
@@ -64,6 +65,7 @@ def finished(project, environment: str, *, ago: float) -> Deployment:
         environment=environment,
         ref="main",
         pipeline_name="default",
+        commit_sha=commit,
         timeout=60,
         status="success",
         created_at=now - timedelta(seconds=ago + 1),
@@ -136,3 +138,38 @@ def test_interim_checks_end_the_watch_early_only_on_a_breach(make_project, tmp_p
     early = health_evaluate(deployment.pk, interim=True)
     assert early["status"] == "unhealthy" and early["early"] is True
     assert health_evaluate(deployment.pk)["evaluated_at"] == early["evaluated_at"]
+
+
+def test_the_automatic_rollback_obeys_locks_and_only_undoes_the_current_deployment(
+    make_project, tmp_path
+):
+    project = make_project("web")
+    rules = {"window": 60, "max_failure_rate": 0.2, "min_events": 5, "rollback": True}
+    Environment.objects.create(project=project, name="prod", health={**rules, "check": "false"})
+    good = finished(project, "prod", ago=300, commit="a" * 40)
+    Deployment.objects.filter(pk=good.pk).update(health={})  # judged long ago
+    bad = finished(project, "prod", ago=120, commit="b" * 40)
+
+    lock_acquire(project, "prod", reason="incident", holder=Holder(label="ops", token="ops"))
+    refused = health_evaluate(bad.pk)
+    assert refused["status"] == "unhealthy" and refused["rollback"]["started"] is False
+    assert "locked by ops" in refused["rollback"]["error"]
+    bad.refresh_from_db()
+    assert bad.health["rollback"] == refused["rollback"]
+    assert not Deployment.objects.filter(undoes=bad).exists()
+
+    # A newer success replaced it meanwhile: nothing to undo any more.
+    lock_release(project, "prod", holder=Holder(label="ops", token="ops"))
+    late = finished(project, "prod", ago=100, commit="c" * 40)
+    newer = finished(project, "prod", ago=10, commit="d" * 40)
+    assert health_evaluate(late.pk)["rollback"] == {
+        "started": False,
+        "error": "no longer the current deployment",
+    }
+    assert not Deployment.objects.filter(undoes=late).exists()
+
+    # The current one rolls back to the last deployment not found unhealthy: good.
+    rolled = health_evaluate(newer.pk)["rollback"]
+    assert rolled["started"] is True
+    rollback = Deployment.objects.get(pk=rolled["deployment_id"])
+    assert rollback.rollback_of_id == good.pk and rollback.undoes_id == newer.pk
