@@ -109,6 +109,7 @@ class DeploymentAdmin(LogViewsMixin, ApprovalAdminMixin, ConveyorModelAdmin):
         "pipeline_name",
         "status",
         "failure_reason",
+        "health_status",
         "attempt",
         "triggered_by",
         "created_at",
@@ -278,6 +279,11 @@ class DeploymentAdmin(LogViewsMixin, ApprovalAdminMixin, ConveyorModelAdmin):
 
     def has_delete_permission(self, request, obj=None) -> bool:
         return False  # history; old logs go with the log purge, the rows stay
+
+    @admin.display(description="health")
+    def health_status(self, deployment: Deployment) -> str:
+        """The health gate's verdict (deployments.health), or empty without a gate."""
+        return (deployment.health or {}).get("status", "")
 
     has_run_deployment_permission = permission_check("run_deployment")
     has_cancel_deployment_permission = permission_check("cancel_deployment")

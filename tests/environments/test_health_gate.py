@@ -137,6 +137,8 @@ def test_a_burst_of_failures_marks_the_deployment_unhealthy_and_rolls_it_back(
     assert '<b class="pill failed" id="health-status">unhealthy</b>' in page
     assert "failure rate 83.33%" in page and f"deployment #{rollback.pk}</a>" in page
     assert 'data-kind="unhealthy"' in page and 'data-kind="rolled_back"' in page
+    listed = console.get("/admin/deployments/deployment/?environment=production").content.decode()
+    assert '<td class="field-health_status">unhealthy</td>' in listed
 
     # DORA counts the unhealthy deployment as a failed change, restored by the rollback.
     dora = dora_metrics(project=shop, environment="production", days=1)
