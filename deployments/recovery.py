@@ -36,6 +36,7 @@ from deployments.models import Deployment, DeploymentStatus, Recovery, RecoveryS
 from jobs import owners
 from jobs.errors import IllegalTransition, JobNotFound
 from jobs.models import AuditLog, JobStatus
+from jobs.permissions import allowed
 from webhooks.errors import WebhookError
 from webhooks.models import Delivery, DeliveryStatus
 from webhooks.services import delivery_replay
@@ -163,7 +164,15 @@ def recovery_run(
     pause: float = PAUSE_SECONDS,
     keep_going=lambda: True,
 ) -> Recovery:
-    """Retry ``recovery_id``'s failures after its cursors, a batch at a time."""
+    """Retry ``recovery_id``'s failures after its cursors, a batch at a time.
+
+    A recovery asked for by a person who has since lost ``deployment.recover`` (or was
+    deactivated) ends without retrying anything more, saying why.
+    """
+    asked = Recovery.objects.select_related("user").get(pk=recovery_id)
+    lost = asked.user_id is not None and not allowed(asked.user, "deployment.recover")
+    if asked.status != RecoveryStatus.DONE and lost:
+        return _refuse(asked, f"{asked.actor} may no longer recover deployments")
     Recovery.objects.filter(pk=recovery_id, status=RecoveryStatus.QUEUED).update(
         status=RecoveryStatus.RUNNING, updated_at=timezone.now()
     )
@@ -183,6 +192,14 @@ def recovery_run(
                 "failed": recovery.failed,
             },
         )
+    return recovery
+
+
+def _refuse(recovery: Recovery, reason: str) -> Recovery:
+    recovery.status = RecoveryStatus.DONE
+    recovery.finished_at = recovery.updated_at = timezone.now()
+    recovery.errors = [reason, *recovery.errors][:MAX_ERRORS]
+    recovery.save(update_fields=["status", "finished_at", "updated_at", "errors"])
     return recovery
 
 

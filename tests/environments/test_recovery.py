@@ -8,6 +8,7 @@ import pytest
 from django.test import Client
 
 from deployments.models import Deployment, Recovery
+from deployments.recovery import recovery_create
 from deployments.services import deployment_create
 from jobs import services
 from jobs.models import AuditLog, Job, JobStatus
@@ -192,3 +193,18 @@ def test_recovery_refuses_bad_requests_in_the_one_error_shape(shop, project_api)
     shop.api_tokens.add(carol.token)
     assert_error(carol.post(f"/deployments/{deployment.pk}/recover", {"dry_run": True}), 409)
     assert not AuditLog.objects.filter(action="deployment.recover").exists()
+
+
+def test_a_recovery_whose_asker_lost_the_permission_retries_nothing(shop, start_worker):
+    start_worker(queues="default,deployments", concurrency=2, env=WORKER_ENV)
+    first = deploy(shop)
+    failed = dead_jobs("shop", 2)
+    erin = person("erin", "recover_deployment")
+    made = recovery_create(first, actor="erin", user=erin)
+    erin.user_permissions.clear()
+    erin.is_active = False
+    erin.save()
+    done = wait_done(made.pk)
+    assert done.errors == ["erin may no longer recover deployments"] and done.done == 0
+    assert all(Job.objects.get(pk=pk).status == JobStatus.DEAD for pk in failed)
+    assert not retried_jobs(done)
