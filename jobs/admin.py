@@ -35,6 +35,7 @@ from jobs.selectors import OVERDUE_INTERVALS, maintenance_status
 from project.admin_base import ConveyorChangeList, ConveyorModelAdmin
 from project.admin_permissions import permission_check
 from project.redaction import redact_text
+from project.timing import seconds_between
 
 
 def _run_for_each(modeladmin, request, queryset: QuerySet, action, verb: str) -> None:
@@ -70,6 +71,19 @@ def _traceback(error: dict | None):
         '<details class="attempt-traceback"><summary>traceback</summary>'
         '<pre class="console-pre">{}</pre></details>',
         redact_text(text),
+    )
+
+
+# A list cell shows at most this much text (the rest is cut by CSS with an ellipsis), and
+# its title, shown on hover, at most TITLE_CHARS: an error can be kilobytes long.
+CELL_CHARS = 200
+TITLE_CHARS = 2000
+
+
+def clipped(text: str, title: str):
+    """One line of list text, cut with an ellipsis (console.css ``.clip``), whole on hover."""
+    return format_html(
+        '<span class="clip" title="{}">{}</span>', title[:TITLE_CHARS], text[:CELL_CHARS]
     )
 
 
@@ -133,7 +147,7 @@ class JobAdmin(BulkAdminMixin, ConveyorModelAdmin):
     # app, in JobChangeList): jobs.changelist.page_rows renders them in one pass.
     list_display = (
         "id",
-        "task",
+        "task_name",
         "queue",
         "colored_status",
         "attempts_display",
@@ -141,6 +155,7 @@ class JobAdmin(BulkAdminMixin, ConveyorModelAdmin):
         "created_at",
         "run_after",
         "finished_at",
+        "run_time",
         "owner_link",
         "short_error",
     )
@@ -166,6 +181,7 @@ class JobAdmin(BulkAdminMixin, ConveyorModelAdmin):
     list_per_page = 50
     show_full_result_count = False  # counting millions of rows on every page load is slow
     actions = ("retry_jobs", "cancel_jobs")
+    moment_columns = False  # page_rows shows times through project.times itself
 
     class Media:
         css = {"all": ("console/console.css",)}  # the status colours (job-status)
@@ -294,6 +310,16 @@ class JobAdmin(BulkAdminMixin, ConveyorModelAdmin):
     def cancel_view(self, request, job_id: int):
         return self._button(request, job_id, "job.cancel", owners.job_cancel, "Cancelled")
 
+    @admin.display(description="task", ordering="task")
+    def task_name(self, job: Job):
+        return clipped(job.task, job.task)
+
+    @admin.display(description="run time", empty_value="")
+    def run_time(self, job: Job) -> str | None:
+        """The last attempt's run time (finished - started); blank while it has not ended."""
+        seconds = seconds_between(job.started_at, job.finished_at, digits=1)
+        return None if seconds is None or seconds < 0 else f"{seconds:.1f}s"
+
     @admin.display(description="owner")
     def owner_link(self, job: Job):
         info = getattr(job, "owner_info", None)
@@ -302,7 +328,10 @@ class JobAdmin(BulkAdminMixin, ConveyorModelAdmin):
         if info is None:
             return "—"
         return format_html(
-            '<a href="{}">{}</a> <span class="pill {}">{}</span>',
+            '<span class="clip" title="{} ({})"><a href="{}">{}</a> <span class="pill {}">{}</span>'
+            "</span>",
+            info.label,
+            info.status,
             info.url,
             info.label,
             info.status,
@@ -368,8 +397,8 @@ class JobAdmin(BulkAdminMixin, ConveyorModelAdmin):
         )
 
     @admin.display(description="last error")
-    def short_error(self, job: Job) -> str:
-        return (job.last_error[:80] + "…") if len(job.last_error) > 80 else job.last_error
+    def short_error(self, job: Job):
+        return clipped(job.last_error, job.last_error) if job.last_error else ""
 
     @admin.action(description="Retry selected dead/cancelled jobs", permissions=["retry_job"])
     def retry_jobs(self, request, queryset):
