@@ -12,6 +12,7 @@ PERMISSIONS: dict[str, str] = {
     "job.delete": "jobs.delete_job",
     "deployment.retry": "deployments.run_deployment",
     "deployment.cancel": "deployments.cancel_deployment",
+    "environment.rollback": "deployments.run_deployment",  # as a deploy-scope token may
     "delivery.replay": "webhooks.replay_delivery",
     "endpoint.view": "webhooks.view_endpoint",
     "endpoint.operate": "webhooks.change_endpoint",
