@@ -151,9 +151,7 @@ class JobAdmin(BulkAdminMixin, ConveyorModelAdmin):
         "queue",
         "colored_status",
         "attempts_display",
-        "priority",
         "created_at",
-        "run_after",
         "finished_at",
         "run_time",
         "owner_link",
@@ -351,21 +349,23 @@ class JobAdmin(BulkAdminMixin, ConveyorModelAdmin):
 
     @admin.display(description="status", ordering="status")
     def colored_status(self, job: Job):
-        """The status as a coloured label, followed by its reason if it has one."""
+        """The status as a coloured label; its reason, if any, on hover (the row stays short)."""
         # A class, not a style attribute: the console's CSP allows no inline style.
-        status = format_html(
-            '<b class="job-status {}">{}</b>', job.status, STATUS_LABELS.get(job.status, job.status)
-        )
+        label = STATUS_LABELS.get(job.status, job.status)
         if not job.reason:
-            return status
-        reason = REASON_LABELS.get(job.reason, job.reason)
-        return format_html('{} <small class="job-reason">{}</small>', status, reason)
+            return format_html('<b class="job-status {}">{}</b>', job.status, label)
+        return format_html(
+            '<b class="job-status {} has-reason" title="{}">{}</b>',
+            job.status,
+            REASON_LABELS.get(job.reason, job.reason),
+            label,
+        )
 
     @admin.display(description="waiting because")
     def waiting(self, job: Job) -> str:
         return limiter.why_waiting(job) or "—"  # empty: it is not waiting
 
-    @admin.display(description="attempts")
+    @admin.display(description="tries")
     def attempts_display(self, job: Job) -> str:
         return f"{job.attempts}/{job.max_attempts}"
 
