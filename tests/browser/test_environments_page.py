@@ -58,6 +58,9 @@ def test_every_environment_is_listed_and_its_rules_are_a_form(
         "shop/staging",
     ]
     assert "no rules" in page.locator("tr[data-environment='shop/staging']").inner_text()
+    for width in (1440, 1024):
+        page.set_viewport_size({"width": width, "height": 900})
+        shot(page, f"environments-list-{width}")
     page.click("text=shop / staging")
     assert page.locator("#edit-rules").inner_text() == "add rules"
 
