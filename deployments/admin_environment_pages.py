@@ -135,6 +135,10 @@ class EnvironmentAdmin(ConveyorModelAdmin):
             raise PermissionDenied
         return redirect(_page_url(rules.project.slug, rules.name))
 
+    def get_model_perms(self, request):
+        """No "Add" link: an environment gets its first rules from its own page."""
+        return {**super().get_model_perms(request), "add": False}
+
     def add_view(self, request, form_url="", extra_context=None):
         """Rules are added from an environment's page (its rules form)."""
         return redirect("admin:deployments_environment_changelist")
