@@ -18,7 +18,6 @@ and runs under the admin's CSRF protection.
 
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
-from django.db import transaction
 from django.http import Http404, HttpRequest
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
@@ -27,11 +26,10 @@ from django.utils.html import format_html
 
 from deployments import dora, history, rollback, selectors
 from deployments.environment_forms import FreezeFormSet, RulesForm, window_rows
-from deployments.environments import rules_of
+from deployments.environments import environment_rules_save, rules_of
 from deployments.errors import DeploymentError
 from deployments.models import Environment, Project
 from deployments.validation import clean_environment
-from jobs.models import AuditLog
 from jobs.permissions import allowed
 from project.admin_base import ConveyorModelAdmin
 
@@ -212,7 +210,12 @@ class EnvironmentAdmin(ConveyorModelAdmin):
             form = RulesForm(request.POST, instance=rules)
             windows = FreezeFormSet(request.POST, prefix="freeze")
             if form.is_valid() and windows.is_valid():
-                _save(form, windows.windows(), request.user.get_username())
+                environment_rules_save(
+                    rules=form.save(commit=False),
+                    freeze=windows.windows(),
+                    changed=form.changed_data,
+                    actor=request.user.get_username(),
+                )
                 self.message_user(request, f"Rules of {project.slug} / {name} saved.")
                 return redirect(_page_url(slug, name))
         else:
@@ -229,21 +232,6 @@ class EnvironmentAdmin(ConveyorModelAdmin):
             errors=bool(form.errors or any(windows.errors) or windows.non_form_errors()),
         )
         return TemplateResponse(request, "admin/deployments/environment/rules.html", context)
-
-
-def _save(form: RulesForm, windows: list[dict], actor: str) -> None:
-    with transaction.atomic():
-        rules = form.save(commit=False)
-        rules.freeze = windows
-        rules.full_clean(validate_unique=False)
-        rules.save()
-        AuditLog.objects.create(
-            actor=actor,
-            action="environment.rules_changed",
-            target_type="environment",
-            target_id=str(rules),
-            details={"changed": sorted(form.changed_data), "freeze_windows": len(windows)},
-        )
 
 
 def _page_url(slug: str, name: str) -> str:

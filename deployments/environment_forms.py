@@ -114,7 +114,15 @@ class FreezeWindowForm(forms.Form):
     duration = forms.CharField(required=False, max_length=20, widget=_text(5))
     start = forms.CharField(required=False, max_length=30, widget=_text(14))
     end = forms.CharField(required=False, max_length=30, widget=_text(14))
-    timezone = forms.CharField(max_length=64, initial="UTC", widget=_text(11))
+    timezone = forms.CharField(required=False, max_length=64, initial="UTC", widget=_text(11))
+
+    WINDOW_FIELDS = ("name", "cron", "duration", "start", "end")
+
+    def has_changed(self) -> bool:
+        """A row is kept when any of its window fields is filled (the time zone alone is not)."""
+        return any(
+            str(self.data.get(self.add_prefix(name), "")).strip() for name in self.WINDOW_FIELDS
+        )
 
     def clean(self):
         data = super().clean()
