@@ -16,6 +16,9 @@ Every view is POST-only where it changes something, answers 403 without its perm
 and runs under the admin's CSRF protection.
 """
 
+import re
+import uuid
+
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest
@@ -33,6 +36,7 @@ from deployments.validation import clean_environment
 from jobs.permissions import allowed
 from project.admin_base import ConveyorModelAdmin
 
+CONSOLE_KEY = re.compile(r"[0-9a-f]{32}")
 HISTORY_ROWS = 50
 DORA_WINDOWS = (7, 30, 90)
 LIST_DORA_DAYS = 30
@@ -163,6 +167,7 @@ class EnvironmentAdmin(ConveyorModelAdmin):
             can_roll_back=self.may_roll_back(request) and summary["current"] is not None,
             can_edit_rules=self.may_edit_rules(request, rules),
             rollback_url=reverse("admin:deployments_environment_rollback", args=[slug, name]),
+            rollback_key=uuid.uuid4().hex,
             rules_url=reverse("admin:deployments_environment_rules", args=[slug, name]),
         )
         return TemplateResponse(request, "admin/deployments/environment/page.html", context)
@@ -180,6 +185,7 @@ class EnvironmentAdmin(ConveyorModelAdmin):
                 environment=name,
                 triggered_by=request.user.get_username(),
                 triggered_by_user=request.user,
+                idempotency_key=_console_key(request),
             )
         except DeploymentError as exc:
             self.message_user(request, f"Rollback refused: {exc}", messages.ERROR)
@@ -232,6 +238,16 @@ class EnvironmentAdmin(ConveyorModelAdmin):
             errors=bool(form.errors or any(windows.errors) or windows.non_form_errors()),
         )
         return TemplateResponse(request, "admin/deployments/environment/rules.html", context)
+
+
+def _console_key(request: HttpRequest) -> str | None:
+    """Return the idempotency key of the page's Rollback form: a second click makes nothing.
+
+    Each render of the page carries a new key; it is stored as ``console:<user id>:<key>``,
+    apart from API tokens' keys (``<token id>:<key>``).
+    """
+    key = request.POST.get("rollback_key", "")
+    return f"console:{request.user.pk}:{key}" if CONSOLE_KEY.fullmatch(key) else None
 
 
 def _page_url(slug: str, name: str) -> str:

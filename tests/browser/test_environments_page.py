@@ -33,6 +33,10 @@ def succeeded(project, environment: str, ref: str, sha: str) -> Deployment:
     return Deployment.objects.get(pk=deployment.pk)
 
 
+def csrf(page) -> str:
+    return next(c["value"] for c in page.context.cookies() if c["name"] == "csrftoken")
+
+
 def api(scope: str, *projects) -> Api:
     """A client whose token is bound to ``projects`` (what a CI's token is)."""
     token, raw = token_create(name=f"{scope}-token-{ApiToken.objects.count()}", scope=scope)
@@ -135,6 +139,7 @@ def test_rollback_makes_the_deployment_the_api_makes_and_needs_the_permission(
     for width in (1440, 1024):
         page.set_viewport_size({"width": width, "height": 900})
         shot(page, f"environment-page-{width}")
+    key = page.locator("#rollback-form input[name=rollback_key]").input_value()
     page.click("#rollback-button")
     link = page.locator("#rollback-deployment")
     made = Deployment.objects.get(pk=int(link.inner_text().removeprefix("deployment #")))
@@ -142,6 +147,11 @@ def test_rollback_makes_the_deployment_the_api_makes_and_needs_the_permission(
     assert (made.rollback_of_id, made.undoes_id) == (first.pk, second.pk)
     assert (made.ref, made.commit_sha, made.triggered_by) == ("v1", "a" * 40, "admin")
     assert AuditLog.objects.filter(action="deployment.rollback", actor="admin").count() == 1
+    # The same form sent again (a double click, a resubmission) makes no second deployment.
+    again = page.request.post(
+        PAGE + "rollback/", form={"csrfmiddlewaretoken": csrf(page), "rollback_key": key}
+    )
+    assert again.ok and Deployment.objects.filter(rollback_of=first).count() == 1
 
     # The API's rollback, asked now, makes the same deployment (the first is not done yet).
     response = api("deploy", project).post("/projects/shop/environments/production/rollback")
