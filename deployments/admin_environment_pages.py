@@ -156,6 +156,7 @@ class EnvironmentAdmin(ConveyorModelAdmin):
             environment=summary,
             rules=rules,
             ruled=rules.pk is not None,
+            freeze_rows=window_rows(rules.freeze),
             dora_rows=[
                 {
                     "days": days,

@@ -110,6 +110,11 @@ def test_every_environment_is_listed_and_its_rules_are_a_form(
         },
     ]
     assert Environment.objects.get(name="production").refs == ["main", "release/*"]
+    freeze = page.locator("#rules-freeze").inner_text()
+    assert "weekend: cron 0 18 * * fri for 62h (Europe/Paris)" in freeze
+    assert "year-end: 2026-12-20 00:00 to 2027-01-04 00:00 (UTC)" in freeze
+    page.set_viewport_size({"width": 1440, "height": 900})
+    shot(page, "environment-page-with-rules-1440")
     assert AuditLog.objects.filter(action="environment.rules_changed").count() == 1
 
     # The form shows what is stored, and saving it unchanged stores the same.
