@@ -28,9 +28,9 @@ from django.urls import path, reverse
 from django.utils.html import format_html
 
 from deployments import dora, history, rollback, selectors
-from deployments.environment_forms import FreezeFormSet, RulesForm, window_rows
+from deployments.environment_forms import DeclareForm, FreezeFormSet, RulesForm, window_rows
 from deployments.environments import environment_rules_save, rules_of
-from deployments.errors import DeploymentError
+from deployments.errors import DeploymentError, EnvironmentNotFound
 from deployments.models import Environment, Project
 from deployments.validation import clean_environment
 from jobs.permissions import allowed
@@ -85,7 +85,12 @@ class EnvironmentAdmin(ConveyorModelAdmin):
             **extra,
         }
 
-    def _environment(self, request: HttpRequest, slug: str, name: str):
+    def _environment(self, request: HttpRequest, slug: str, name: str, *, new: bool = False):
+        """Return (project, canonical name, summary); 404 for an environment that is none.
+
+        With ``new``, a valid name that has neither rules nor deployments yet is one (its
+        summary None): the rules form gives it its first rules.
+        """
         if not self.may_view(request):
             raise PermissionDenied
         project = Project.objects.filter(slug=slug).first()
@@ -94,7 +99,11 @@ class EnvironmentAdmin(ConveyorModelAdmin):
         try:
             name = clean_environment(name)
             summary = history.environment_summary(project, name)
-        except DeploymentError as exc:  # not a name, or no rules and no deployment
+        except EnvironmentNotFound as exc:
+            if not new:
+                raise Http404(str(exc)) from None
+            summary = None
+        except DeploymentError as exc:  # not a name
             raise Http404(str(exc)) from None
         return project, name, summary
 
@@ -137,13 +146,16 @@ class EnvironmentAdmin(ConveyorModelAdmin):
             raise PermissionDenied
         return redirect(_page_url(rules.project.slug, rules.name))
 
-    def get_model_perms(self, request):
-        """No "Add" link: an environment gets its first rules from its own page."""
-        return {**super().get_model_perms(request), "add": False}
-
     def add_view(self, request, form_url="", extra_context=None):
-        """Rules are added from an environment's page (its rules form)."""
-        return redirect("admin:deployments_environment_changelist")
+        """Name an environment (project and name), then give it its first rules."""
+        if not self.has_add_permission(request):
+            raise PermissionDenied
+        form = DeclareForm(request.POST or None)
+        if request.method == "POST" and form.is_valid():
+            project, name = form.cleaned_data["project"], form.cleaned_data["name"]
+            return redirect("admin:deployments_environment_rules", project.slug, name)
+        context = self._context(request, "Declare an environment", form=form)
+        return TemplateResponse(request, "admin/deployments/environment/declare.html", context)
 
     def environment_view(self, request: HttpRequest, slug: str, name: str):
         project, name, summary = self._environment(request, slug, name)
@@ -209,7 +221,7 @@ class EnvironmentAdmin(ConveyorModelAdmin):
 
     def rules_view(self, request: HttpRequest, slug: str, name: str):
         """Edit the environment's rules as a form and freeze rows (validated, never a 500)."""
-        project, name, _ = self._environment(request, slug, name)
+        project, name, summary = self._environment(request, slug, name, new=True)
         rules = rules_of(project, name)
         if not self.may_edit_rules(request, rules):
             raise PermissionDenied
@@ -235,7 +247,9 @@ class EnvironmentAdmin(ConveyorModelAdmin):
             name=name,
             form=form,
             windows=windows,
-            page_url=_page_url(slug, name),
+            page_url=_page_url(slug, name)
+            if summary is not None
+            else reverse("admin:deployments_environment_changelist"),
             errors=bool(form.errors or any(windows.errors) or windows.non_form_errors()),
         )
         return TemplateResponse(request, "admin/deployments/environment/rules.html", context)

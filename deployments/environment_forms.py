@@ -12,10 +12,12 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.core.exceptions import ValidationError
 
+from deployments.errors import InvalidRequest
 from deployments.freeze import parse_window
-from deployments.models import Environment
+from deployments.models import Environment, Project
 from deployments.models.environments import MAX_REQUIRED_APPROVALS, validate_ref_patterns
 from deployments.projects_as_code.environments import MAX_WAIT_TIMER, MAX_WINDOWS
+from deployments.validation import clean_environment
 
 # At most this many users and groups are offered (a bigger directory needs a search box).
 MAX_CHOICES = 500
@@ -104,6 +106,27 @@ class RulesForm(forms.ModelForm):
 
 def _text(size: int) -> forms.TextInput:
     return forms.TextInput(attrs={"size": size, "class": "freeze-input"})
+
+
+class DeclareForm(forms.Form):
+    """Name an environment to give rules to before anything is deployed there."""
+
+    project = forms.ModelChoiceField(queryset=Project.objects.order_by("slug"))
+    name = forms.CharField(max_length=64, help_text="letters, digits, '.', '_' or '-'")
+
+    def clean(self):
+        data = super().clean()
+        project, name = data.get("project"), data.get("name")
+        if project is None or name is None:
+            return data
+        try:
+            data["name"] = clean_environment(name)
+        except InvalidRequest as exc:
+            self.add_error("name", str(exc))
+            return data
+        if Environment.objects.filter(project=project, name=data["name"]).exists():
+            self.add_error("name", f"{project.slug} already has rules for {data['name']!r}")
+        return data
 
 
 class FreezeWindowForm(forms.Form):

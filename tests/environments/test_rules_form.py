@@ -75,5 +75,8 @@ def test_saving_and_adding_rules_need_their_permissions(client, shop):
     client.force_login(get_user_model().objects.get(pk=user.pk))
     assert client.post(staging, form(wait_timer="30")).status_code == 302
     assert Environment.objects.get(name="staging").wait_timer == 30
-    # An environment that neither has rules nor was deployed to has no page.
-    assert client.get(RULES.replace("production", "nowhere")).status_code == 404
+    # An environment that neither has rules nor was deployed to has no page (only a rules
+    # form, for whoever may give it its first rules), nor does a name that is none.
+    assert client.get(RULES.replace("production/rules", "nowhere")).status_code == 404
+    assert client.get(RULES.replace("production", "nowhere")).status_code == 200
+    assert client.get(RULES.replace("production", "no!where")).status_code == 404
