@@ -1,10 +1,7 @@
 """Server-rendered SVG bar charts for the dashboard: no JavaScript library, no CDN."""
 
-from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
-
-from project import times
 
 WIDTH, HEIGHT = 720, 160
 PAD_LEFT, PAD_BOTTOM, PAD_TOP = 36, 18, 8
@@ -24,7 +21,8 @@ def stacked_bars(points: list[dict], *, label_every: int = 10, fmt: str = "%H:%M
         x = PAD_LEFT + i * slot
         ok_h = plot_h * p["succeeded"] / top
         fail_h = plot_h * p["failed"] / top
-        title = f"{times.plain(p['at'])}: {p['succeeded']} succeeded, {p['failed']} failed"
+        when = p["at"].strftime(fmt)
+        title = f"{when}: {p['succeeded']} succeeded, {p['failed']} failed"
         base = PAD_TOP + plot_h
         rects.append((x, base - ok_h, bar, ok_h, OK_COLOR, title))
         rects.append((x, base - ok_h - fail_h, bar, fail_h, FAIL_COLOR, title))
@@ -41,7 +39,7 @@ def stacked_bars(points: list[dict], *, label_every: int = 10, fmt: str = "%H:%M
         "",
         '<text x="{}" y="{}" font-size="10" fill="#666">{}</text>',
         (
-            (f"{PAD_LEFT + i * slot:.1f}", HEIGHT - 4, _local(p["at"]).strftime(fmt))
+            (f"{PAD_LEFT + i * slot:.1f}", HEIGHT - 4, p["at"].strftime(fmt))
             for i, p in enumerate(points)
             if i % label_every == 0
         ),
@@ -65,8 +63,3 @@ def stacked_bars(points: list[dict], *, label_every: int = 10, fmt: str = "%H:%M
         aria=f"{sum(p['succeeded'] for p in points)} succeeded, "
         f"{sum(p['failed'] for p in points)} failed",
     )
-
-
-def _local(when):
-    """Return ``when`` in the operator's time zone (project.times), for an axis label."""
-    return timezone.localtime(when) if timezone.is_aware(when) else when
