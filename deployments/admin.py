@@ -396,3 +396,6 @@ class WorktreeAdmin(ConveyorModelAdmin):
 
     def has_add_permission(self, request) -> bool:
         return False
+
+
+from deployments import admin_environment_pages  # noqa: E402, F401 - registers the environments pages

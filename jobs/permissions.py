@@ -13,6 +13,7 @@ PERMISSIONS: dict[str, str] = {
     "deployment.retry": "deployments.run_deployment",
     "deployment.cancel": "deployments.cancel_deployment",
     "deployment.recover": "deployments.recover_deployment",
+    "environment.rollback": "deployments.run_deployment",  # as a deploy-scope token may
     "delivery.replay": "webhooks.replay_delivery",
     "endpoint.view": "webhooks.view_endpoint",
     "endpoint.operate": "webhooks.change_endpoint",

@@ -155,6 +155,8 @@ AUTH_PASSWORD_VALIDATORS = [
 ]
 
 LANGUAGE_CODE = "en-us"
+# Where Django formats a time itself (a stock form's read-only field), it does so as project.times.
+FORMAT_MODULE_PATH = ["project.formats"]
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
