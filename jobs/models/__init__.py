@@ -1,0 +1,49 @@
+"""The job engine's models, one concern per module: jobs, audit, upkeep, counts, control, bulk."""
+
+from jobs.models.accounting import JobCount, JobCountDelta, JobMinuteStats
+from jobs.models.audit import AuditLog, Notification
+from jobs.models.bulk import BulkAction, BulkOperation, BulkStatus
+from jobs.models.control import LimitKeyState, QueueState, TaskState
+from jobs.models.job import (
+    FINISHED,
+    MAX_BACKOFF_DOUBLINGS,
+    PENDING,
+    TRANSITIONS,
+    UNIQUE_CONSTRAINT,
+    UNIQUE_LIVE,
+    Job,
+    JobReason,
+    JobStatus,
+)
+from jobs.models.maintenance import MaintenanceLock, MaintenanceRun, WorkerHeartbeat
+from jobs.models.tokens import SCOPE_RANK, ApiToken, IdempotencyKey, TokenScope
+
+__all__ = (
+    "FINISHED",
+    "MAX_BACKOFF_DOUBLINGS",
+    "PENDING",
+    "SCOPE_RANK",
+    "TRANSITIONS",
+    "UNIQUE_CONSTRAINT",
+    "UNIQUE_LIVE",
+    "ApiToken",
+    "AuditLog",
+    "BulkAction",
+    "BulkOperation",
+    "BulkStatus",
+    "IdempotencyKey",
+    "Job",
+    "JobCount",
+    "JobCountDelta",
+    "JobMinuteStats",
+    "JobReason",
+    "JobStatus",
+    "LimitKeyState",
+    "MaintenanceLock",
+    "MaintenanceRun",
+    "Notification",
+    "QueueState",
+    "TaskState",
+    "TokenScope",
+    "WorkerHeartbeat",
+)
