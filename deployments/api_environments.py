@@ -16,8 +16,8 @@ from deployments.api import (
 )
 from deployments.environments import Approver
 from deployments.validation import clean_environment
-from jobs.auth import acting_user, actor, require_scope
-from jobs.models import ApiToken, TokenScope
+from project.access.auth import acting_user, actor, require_scope
+from project.access.models import ApiToken, TokenScope
 from project.pagination import DEFAULT_LIMIT, MAX_LIMIT, paginate
 
 router = Router(tags=["environments"])

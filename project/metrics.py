@@ -26,9 +26,10 @@ from deployments.models import Deployment, DeploymentStatus
 from jobs import heartbeat, task_states
 from jobs.accounting import counts, queues, stats
 from jobs.accounting.rollup import RUN_TIME_BOUNDS, WAIT_TIME_BOUNDS
-from jobs.auth import verify_bearer
-from jobs.models import JobStatus, TokenScope, WorkerHeartbeat
+from jobs.models import JobStatus, WorkerHeartbeat
 from jobs.queues import paused_names
+from project.access.auth import verify_bearer
+from project.access.models import TokenScope
 from webhooks.models import Delivery, DeliveryAttempt, DeliveryStatus
 
 logger = logging.getLogger(__name__)
@@ -49,8 +50,8 @@ def _allowed_networks() -> list:
 def authorised(request) -> bool:
     """An allow-listed client address, or a bearer token of admin scope.
 
-    The token is checked as the API checks it (jobs.auth.verify_bearer): a wrong one counts
-    as a failed authentication and a locked-out client gets the same 429.
+    The token is checked as the API checks it (project.access.auth.verify_bearer): a wrong
+    one counts as a failed authentication and a locked-out client gets the same 429.
     """
     try:
         address = ipaddress.ip_address(request.META.get("REMOTE_ADDR", ""))

@@ -25,8 +25,9 @@ from django.utils import timezone
 from django_celery_results.models import TaskResult
 
 from jobs import conf
-from jobs.idempotency import KEY_RETENTION
-from jobs.models import IdempotencyKey, Job, JobStatus, LimitKeyState
+from jobs.models import Job, JobStatus, LimitKeyState
+from project.access.idempotency import KEY_RETENTION
+from project.access.models import IdempotencyKey
 from project.batch_delete import BATCH_SIZE, delete_in_batches
 
 logger = logging.getLogger("jobs.maintenance")

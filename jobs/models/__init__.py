@@ -16,22 +16,18 @@ from jobs.models.job import (
     JobStatus,
 )
 from jobs.models.maintenance import MaintenanceLock, MaintenanceRun, WorkerHeartbeat
-from jobs.models.tokens import SCOPE_RANK, ApiToken, IdempotencyKey, TokenScope
 
 __all__ = (
     "FINISHED",
     "MAX_BACKOFF_DOUBLINGS",
     "PENDING",
-    "SCOPE_RANK",
     "TRANSITIONS",
     "UNIQUE_CONSTRAINT",
     "UNIQUE_LIVE",
-    "ApiToken",
     "AuditLog",
     "BulkAction",
     "BulkOperation",
     "BulkStatus",
-    "IdempotencyKey",
     "Job",
     "JobCount",
     "JobCountDelta",
@@ -44,6 +40,5 @@ __all__ = (
     "Notification",
     "QueueState",
     "TaskState",
-    "TokenScope",
     "WorkerHeartbeat",
 )

@@ -10,8 +10,9 @@ from django_celery_results.models import TaskResult
 from jobs.maintenance import purge as purge_module
 from jobs.maintenance.purge import purge
 from jobs.maintenance.reaper import reap
-from jobs.models import AuditLog, IdempotencyKey, Job, JobReason, JobStatus
-from jobs.tokens import token_create
+from jobs.models import AuditLog, Job, JobReason, JobStatus
+from project.access.models import IdempotencyKey
+from project.access.tokens import token_create
 
 S = JobStatus
 pytestmark = pytest.mark.usefixtures("purge_broker")

@@ -1,4 +1,8 @@
-"""API tokens and the ``Idempotency-Key`` records kept per token."""
+"""API tokens and the ``Idempotency-Key`` records kept per token.
+
+Both tables keep the names they had in the job engine (``jobs_apitoken``,
+``jobs_idempotencykey``): the move to this app changed no table (access.0001).
+"""
 
 from django.conf import settings
 from django.db import models
@@ -39,6 +43,7 @@ class ApiToken(models.Model):
     revoked_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
+        db_table = "jobs_apitoken"
         ordering = ["-created_at"]
         verbose_name = "API token"
         permissions = [
@@ -65,6 +70,7 @@ class IdempotencyKey(models.Model):
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
 
     class Meta:
+        db_table = "jobs_idempotencykey"
         constraints = [
             models.UniqueConstraint(fields=["token", "path", "key"], name="idempotency_key_unique")
         ]
