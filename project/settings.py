@@ -315,4 +315,9 @@ CONVEYOR_PERIODIC_TASKS = [
         "maintenance.purge_webhooks",
         _CONVEYOR["CONVEYOR_PURGE_INTERVAL"],
     ),
+    (
+        "conveyor: purge old idempotency keys",
+        "maintenance.purge_idempotency_keys",
+        _CONVEYOR["CONVEYOR_PURGE_INTERVAL"],
+    ),
 ]
