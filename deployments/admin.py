@@ -32,7 +32,7 @@ from deployments.models import (
     Workspace,
     Worktree,
 )
-from jobs.permissions import allowed
+from project.access.permissions import allowed
 from project.admin_base import ConveyorModelAdmin
 from project.admin_permissions import permission_check
 from project.redaction import redact_url, url_password

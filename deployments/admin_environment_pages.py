@@ -33,7 +33,7 @@ from deployments.environments import environment_rules_save, rules_of
 from deployments.errors import DeploymentError, EnvironmentNotFound
 from deployments.models import Environment, Project
 from deployments.validation import clean_environment
-from jobs.permissions import allowed
+from project.access.permissions import allowed
 from project.admin_base import ConveyorModelAdmin
 
 CONSOLE_KEY = re.compile(r"[0-9a-f]{32}")

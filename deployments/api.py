@@ -11,10 +11,10 @@ from pydantic import ConfigDict
 from deployments import recovery, selectors, services, timeline
 from deployments.errors import DeploymentNotFound
 from deployments.models import FINISHED, Deployment, DeploymentStatus, Project
-from jobs.auth import acting_user, actor, require_scope
-from jobs.idempotency import IdempotencyConflict, run_once, token_scoped
-from jobs.models import ApiToken, TokenScope
-from jobs.permissions import PERMISSIONS, allowed
+from project.access.auth import acting_user, actor, require_scope
+from project.access.idempotency import IdempotencyConflict, run_once, token_scoped
+from project.access.models import ApiToken, TokenScope
+from project.access.permissions import PERMISSIONS, allowed
 from project.api_errors import ApiError
 from project.pagination import DEFAULT_LIMIT, MAX_LIMIT, paginate
 
@@ -187,7 +187,7 @@ def create_once(request: HttpRequest, response: HttpResponse, create) -> Status:
     key = request.headers.get("Idempotency-Key")
 
     def handler() -> tuple[int, dict]:
-        # Keys are the token's own (jobs.idempotency), down to the one stored on the row.
+        # Keys are the token's own (project.access.idempotency), down to the one stored on the row.
         return 201, as_json(create(token_scoped(request.auth, key)))
 
     if key is None:

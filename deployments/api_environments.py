@@ -17,9 +17,9 @@ from deployments.api import (
 from deployments.environments import Approver
 from deployments.errors import InvalidRequest
 from deployments.validation import clean_environment
-from jobs.auth import acting_user, actor, require_scope
-from jobs.models import ApiToken, TokenScope
-from jobs.permissions import PERMISSIONS, allowed
+from project.access.auth import acting_user, actor, require_scope
+from project.access.models import ApiToken, TokenScope
+from project.access.permissions import PERMISSIONS, allowed
 from project.api_errors import ApiError
 from project.env import parse_duration
 from project.pagination import DEFAULT_LIMIT, MAX_LIMIT, paginate

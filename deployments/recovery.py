@@ -36,7 +36,7 @@ from deployments.models import Deployment, DeploymentStatus, Recovery, RecoveryS
 from jobs import owners
 from jobs.errors import IllegalTransition, JobNotFound
 from jobs.models import AuditLog, JobStatus
-from jobs.permissions import allowed
+from project.access.permissions import allowed
 from webhooks.errors import WebhookError
 from webhooks.models import Delivery, DeliveryStatus
 from webhooks.services import delivery_replay

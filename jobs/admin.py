@@ -17,7 +17,6 @@ from django.utils.html import format_html, format_html_join
 
 from jobs import attempts, limiter, owners
 from jobs.admin_bulk import BulkAdminMixin
-from jobs.admin_tokens import ApiTokenAdmin  # noqa: F401 - registers the token admin
 from jobs.changelist import JobPaginator, QueueFilter, TaskFilter, to_the_second
 from jobs.errors import IllegalTransition, JobNotFound
 from jobs.filters import ErrorClassFilter, OwnedByFilter, PayloadFilter
@@ -31,8 +30,8 @@ from jobs.models import (
     MaintenanceRun,
     Notification,
 )
-from jobs.permissions import allowed
 from jobs.selectors import OVERDUE_INTERVALS, maintenance_status
+from project.access.permissions import allowed
 from project.admin_base import ConveyorChangeList, ConveyorModelAdmin
 from project.admin_permissions import permission_check
 from project.redaction import redact_text

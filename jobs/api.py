@@ -9,9 +9,10 @@ from ninja import Field, Query, Router, Schema, Status
 
 from jobs import owners, queues, task_states
 from jobs.attempts import history
-from jobs.auth import acting_user, actor, require_scope
-from jobs.models import Job, JobReason, JobStatus, TokenScope
+from jobs.models import Job, JobReason, JobStatus
 from jobs.selectors import queue_stats
+from project.access.auth import acting_user, actor, require_scope
+from project.access.models import TokenScope
 from project.api_errors import ApiError
 from project.pagination import DEFAULT_LIMIT, MAX_LIMIT, paginate
 

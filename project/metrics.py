@@ -25,9 +25,10 @@ from prometheus_client.utils import floatToGoString
 from deployments.models import Deployment, DeploymentStatus
 from jobs import heartbeat, task_states
 from jobs.accounting import counts, queues, stats, tallies
-from jobs.auth import verify_bearer
-from jobs.models import TokenScope, WorkerHeartbeat
+from jobs.models import WorkerHeartbeat
 from jobs.queues import paused_names
+from project.access.auth import verify_bearer
+from project.access.models import TokenScope
 from webhooks.models import Delivery, DeliveryAttempt, DeliveryStatus
 
 logger = logging.getLogger(__name__)
@@ -48,8 +49,8 @@ def _allowed_networks() -> list:
 def authorised(request) -> bool:
     """An allow-listed client address, or a bearer token of admin scope.
 
-    The token is checked as the API checks it (jobs.auth.verify_bearer): a wrong one counts
-    as a failed authentication and a locked-out client gets the same 429.
+    The token is checked as the API checks it (project.access.auth.verify_bearer): a wrong
+    one counts as a failed authentication and a locked-out client gets the same 429.
     """
     try:
         address = ipaddress.ip_address(request.META.get("REMOTE_ADDR", ""))

@@ -93,7 +93,7 @@ class Project(models.Model):
         help_text="accept deployments only to the environments declared for this project",
     )
     api_tokens = models.ManyToManyField(
-        "jobs.ApiToken",
+        "access.ApiToken",
         blank=True,
         related_name="projects",
         help_text="read and deploy tokens that may use this project (admin tokens see all)",

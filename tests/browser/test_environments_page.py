@@ -13,8 +13,9 @@ from django.db.models import Q
 from deployments.models import Deployment, Environment
 from deployments.services import deployment_create
 from deployments.transitions import transition
-from jobs.models import ApiToken, AuditLog
-from jobs.tokens import token_create
+from jobs.models import AuditLog
+from project.access.models import ApiToken
+from project.access.tokens import token_create
 from tests.api.conftest import Api
 from tests.browser.test_approvals import forged_post, login, person
 from tests.browser.test_console import shot

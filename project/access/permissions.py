@@ -3,7 +3,7 @@
 Buttons and JSON views ask ``allowed(user, action)``; the table maps an action to the same
 custom permission its admin action declares (``@admin.action(permissions=[...])`` with
 ``project.admin_permissions.permission_check``), so a button is allowed exactly when the
-action that does the same thing is.
+action that does the same thing is. It names every app's permissions, so it is no app's.
 """
 
 PERMISSIONS: dict[str, str] = {
