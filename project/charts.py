@@ -63,3 +63,92 @@ def stacked_bars(points: list[dict], *, label_every: int = 10, fmt: str = "%H:%M
         aria=f"{sum(p['succeeded'] for p in points)} succeeded, "
         f"{sum(p['failed'] for p in points)} failed",
     )
+
+
+P50_COLOR, P95_COLOR = "#417690", "#e65100"
+
+
+def _axis_text(seconds: float) -> str:
+    if seconds < 1:
+        return f"{seconds * 1000:.0f}ms"
+    if seconds < 120:
+        return f"{seconds:.1f}s"
+    return f"{seconds / 60:.0f}m"
+
+
+def lines(
+    points: list[dict],
+    series: list[tuple[str, str, str]],
+    *,
+    label_every: int = 10,
+    fmt: str = "%H:%M",
+) -> SafeString:
+    """Draw ``points`` (``at`` plus a number of seconds or None per key) as lines with dots.
+
+    ``series`` is ``(key, label, colour)``; a bucket whose value is None (no job ended in it)
+    breaks the line.
+    """
+    values = [p[key] for p in points for key, _, _ in series if p[key] is not None]
+    if not points:
+        return SafeString("")
+    top = max(values, default=0) or 1.0
+    plot_w, plot_h = WIDTH - PAD_LEFT, HEIGHT - PAD_BOTTOM - PAD_TOP
+    slot = plot_w / len(points)
+    base = PAD_TOP + plot_h
+    drawn = []
+    for key, label, color in series:
+        runs, run, dots = [], [], []
+        for i, p in enumerate(points):
+            value = p[key]
+            if value is None:
+                if run:
+                    runs.append(run)
+                run = []
+                continue
+            x, y = PAD_LEFT + (i + 0.5) * slot, base - plot_h * value / top
+            run.append(f"{x:.1f},{y:.1f}")
+            title = f"{p['at'].strftime(fmt)}: {label} {_axis_text(value)}"
+            dots.append((f"{x:.1f}", f"{y:.1f}", color, title))
+        if run:
+            runs.append(run)
+        drawn.append(
+            format_html_join(
+                "",
+                '<polyline points="{}" fill="none" stroke="{}" stroke-width="1.5"/>',
+                ((" ".join(r), color) for r in runs if len(r) > 1),
+            )
+        )
+        drawn.append(
+            format_html_join(
+                "",
+                '<circle cx="{}" cy="{}" r="2" fill="{}"><title>{}</title></circle>',
+                dots,
+            )
+        )
+    labels = format_html_join(
+        "",
+        '<text x="{}" y="{}" font-size="10" fill="#666">{}</text>',
+        (
+            (f"{PAD_LEFT + i * slot:.1f}", HEIGHT - 4, p["at"].strftime(fmt))
+            for i, p in enumerate(points)
+            if i % label_every == 0
+        ),
+    )
+    return format_html(
+        '<svg class="console-chart" viewBox="0 0 {w} {h}" width="100%" role="img" '
+        'aria-label="{aria}">'
+        '<line x1="{pl}" y1="{pt}" x2="{pl}" y2="{base}" stroke="#999"/>'
+        '<line x1="{pl}" y1="{base}" x2="{w}" y2="{base}" stroke="#999"/>'
+        '<text x="2" y="{ytop}" font-size="10" fill="#666">{top}</text>'
+        '<text x="2" y="{base}" font-size="10" fill="#666">0</text>{lines}{labels}</svg>',
+        w=WIDTH,
+        h=HEIGHT,
+        pl=PAD_LEFT,
+        pt=PAD_TOP,
+        base=base,
+        ytop=PAD_TOP + 8,
+        top=_axis_text(top),
+        lines=SafeString("".join(drawn)),
+        labels=labels,
+        aria=", ".join(label for _, label, _ in series) + " over time",
+    )

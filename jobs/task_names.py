@@ -1,0 +1,47 @@
+"""The name a job is shown, filtered and counted by: its task, or a django.tasks job's function.
+
+Every ``django.tasks`` job is stored with the Celery task that runs it, ``jobs.django_task``
+(``jobs.backends``), and names its function in its payload (``"path"``). The row keeps that
+task, so claiming, retries, limits, uniqueness and the sweeper treat it as before; the console,
+the per-minute rollup and ``/metrics`` use the *display name* instead: the function path
+(``myapp.tasks.send_report``) for a django.tasks job, the task for any other.
+
+The live counts by status (``jobs.accounting.counts``, kept by triggers) still count all
+django.tasks jobs under ``jobs.django_task``; what ended (the rollup) is per function path.
+"""
+
+from django.db.models import Case, CharField, F, Q, Value, When
+from django.db.models.fields.json import KT
+from django.db.models.functions import Coalesce
+
+DJANGO_TASK = "jobs.django_task"
+
+
+def display_name(task: str, payload) -> str:
+    """Return the name ``task`` with ``payload`` is shown by (see the module doc)."""
+    if task == DJANGO_TASK and isinstance(payload, dict):
+        path = payload.get("path")
+        if isinstance(path, str) and path:
+            return path
+    return task
+
+
+def display_expression() -> Case:
+    """The display name as a database expression over ``jobs_job`` (for GROUP BY)."""
+    return Case(
+        When(task=DJANGO_TASK, then=Coalesce(KT("payload__path"), Value(DJANGO_TASK))),
+        default=F("task"),
+        output_field=CharField(),
+    )
+
+
+def is_function_path(name: str, task_names) -> bool:
+    """Whether ``name`` is a django.tasks function path rather than a task in ``task_names``."""
+    return bool(name) and name != DJANGO_TASK and name not in task_names
+
+
+def matching(name: str, *, function_path: bool) -> Q:
+    """The jobs shown under ``name``: a function's django.tasks jobs, or a task's jobs."""
+    if function_path:
+        return Q(task=DJANGO_TASK, payload__path=name)
+    return Q(task=name)
