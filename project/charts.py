@@ -121,7 +121,7 @@ def lines(
         drawn.append(
             format_html_join(
                 "",
-                '<circle cx="{}" cy="{}" r="2" fill="{}"><title>{}</title></circle>',
+                '<circle cx="{}" cy="{}" r="3" fill="{}"><title>{}</title></circle>',
                 dots,
             )
         )

@@ -21,7 +21,7 @@ from jobs.accounting import rollup
 from jobs.models import Job, JobStatus
 from tests import djangotasks
 from tests.console.test_accounting_reads import job_table_scans
-from tests.console.test_console import client
+from tests.console.test_console import client, samples
 from tests.processes import wait_until
 
 S = JobStatus
@@ -184,7 +184,7 @@ def test_the_tasks_pages_need_the_dashboards_permission(ended):
 
 
 def test_a_django_task_run_by_a_worker_is_listed_and_counted_by_its_function(
-    transactional_db, start_worker
+    transactional_db, start_worker, settings
 ):
     start_worker(queues="default", concurrency=1)
     good = djangotasks.add.enqueue(2, 3)
@@ -208,3 +208,11 @@ def test_a_django_task_run_by_a_worker_is_listed_and_counted_by_its_function(
     everything = browser.get("/admin/jobs/job/").content.decode()
     assert '<td class="field-task_name">tests.djangotasks.fails</td>' in everything
     assert "1 job" in listed
+
+    settings.CONVEYOR_METRICS_ALLOW = "127.0.0.1"
+    ended_by_task = {
+        dict(labels)["task"]: value
+        for (name, labels), value in samples(client().get("/metrics").content.decode()).items()
+        if name == "conveyor_jobs_ended_last_hour"
+    }
+    assert ended_by_task == {"tests.djangotasks.add": 1, "tests.djangotasks.fails": 1}
