@@ -139,8 +139,9 @@ def lines(
         'aria-label="{aria}">'
         '<line x1="{pl}" y1="{pt}" x2="{pl}" y2="{base}" stroke="#999"/>'
         '<line x1="{pl}" y1="{base}" x2="{w}" y2="{base}" stroke="#999"/>'
-        '<text x="2" y="{ytop}" font-size="10" fill="#666">{top}</text>'
-        '<text x="2" y="{base}" font-size="10" fill="#666">0</text>{lines}{labels}</svg>',
+        '<text x="{ylab}" y="{ytop}" font-size="10" fill="#666" text-anchor="end">{top}</text>'
+        '<text x="{ylab}" y="{base}" font-size="10" fill="#666" text-anchor="end">0</text>'
+        "{lines}{labels}</svg>",
         w=WIDTH,
         h=HEIGHT,
         pl=PAD_LEFT,
@@ -148,6 +149,7 @@ def lines(
         base=base,
         ytop=PAD_TOP + 8,
         top=_axis_text(top),
+        ylab=PAD_LEFT - 3,
         lines=SafeString("".join(drawn)),
         labels=labels,
         aria=", ".join(label for _, label, _ in series) + " over time",

@@ -87,6 +87,14 @@ def test_the_tasks_pages_show_what_the_worker_ran(admin_page, start_worker):
     assert page.locator("#result_list td.field-task_name").all_inner_texts() == [
         "tests.djangotasks.add"
     ]
+
+    page.goto("/admin/dashboard/")
+    busiest = page.locator("#dashboard-runtimes [data-panel=busiest] tbody tr").first
+    assert busiest.get_attribute("data-task") == "tests.record"
+    assert busiest.locator("[data-stat=executions]").inner_text() == "3"
+    shots(page, "dashboard-runtimes")
+    page.click("#dashboard-runtimes [data-panel=slowest] a:text-is('tests.record')")
+    page.wait_for_selector("#task-figures")
     assert page.evaluate("window.__cspViolations") == []
 
 
