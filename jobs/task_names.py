@@ -10,6 +10,7 @@ The live counts by status (``jobs.accounting.counts``, kept by triggers) still c
 django.tasks jobs under ``jobs.django_task``; what ended (the rollup) is per function path.
 """
 
+from django.db import connection
 from django.db.models import Case, CharField, F, Q, Value, When
 from django.db.models.fields.json import KT
 from django.db.models.functions import Coalesce
@@ -41,7 +42,13 @@ def is_function_path(name: str, task_names) -> bool:
 
 
 def matching(name: str, *, function_path: bool) -> Q:
-    """The jobs shown under ``name``: a function's django.tasks jobs, or a task's jobs."""
-    if function_path:
-        return Q(task=DJANGO_TASK, payload__path=name)
-    return Q(task=name)
+    """The jobs shown under ``name``: a function's django.tasks jobs, or a task's jobs.
+
+    On PostgreSQL a function's jobs are found with ``payload @> {"path": name}``, which the
+    payload's GIN index (migration 0017) answers; elsewhere by the payload's ``path`` key.
+    """
+    if not function_path:
+        return Q(task=name)
+    if connection.vendor == "postgresql":
+        return Q(task=DJANGO_TASK, payload__contains={"path": name})
+    return Q(task=DJANGO_TASK, payload__path=name)

@@ -145,12 +145,16 @@ class ConsoleAdminSite(admin.AdminSite):
         if not allowed(request.user, "metrics.view"):
             raise PermissionDenied
         window = task_runtimes.window_of(request.GET.get("window"))
+        queue = request.GET.get("queue") or None
+        rows, queues = task_runtimes.task_rows(window, queue=queue)
         context = {
             **self.each_context(request),
             "title": "Tasks",
             "window": window,
             "windows": list(task_runtimes.WINDOWS),
-            "rows": task_runtimes.task_rows(window),
+            "queue": queue,
+            "queues": sorted({*queues, queue} - {None}),
+            "rows": rows,
         }
         return TemplateResponse(request, "admin/console/tasks.html", context)
 

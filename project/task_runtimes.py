@@ -102,31 +102,38 @@ class _Status:
             setattr(self, name, getattr(ended, name))
 
 
-def task_rows(window: str, now: datetime | None = None) -> list[dict]:
-    """Every task that had a job end in ``window``: its figures and its pages' links."""
+def task_rows(
+    window: str, now: datetime | None = None, *, queue: str | None = None
+) -> tuple[list[dict], list[str]]:
+    """Every task that had a job end in ``window`` (on ``queue`` if given): its figures and
+    its pages' links; and the queues that had a job end in it."""
     now = now or timezone.now()
     since = now - WINDOWS[window][0]
     per_task: dict[str, list] = {}
-    for (_, task, status), ended in stats.ended_since(since).items():
-        per_task.setdefault(task, []).append(_Status(status, ended))
+    queues = set()
+    for (on, task, status), ended in stats.ended_since(since).items():
+        queues.add(on)
+        if queue is None or on == queue:
+            per_task.setdefault(task, []).append(_Status(status, ended))
     rows = []
     for task in sorted(per_task):
         ended, by_status = _sum(per_task[task])
+        on = {"queue": queue} if queue else {}
         rows.append(
             {
                 "task": task,
                 "url": reverse("admin:console_task", args=[task]) + f"?window={window}",
-                "jobs_url": jobs_url(task=task),
-                "failed_url": jobs_url(task=task, status__exact=JobStatus.DEAD),
+                "jobs_url": jobs_url(task=task, **on),
+                "failed_url": jobs_url(task=task, status__exact=JobStatus.DEAD, **on),
                 **figures(ended, by_status),
             }
         )
-    return rows
+    return rows, sorted(queues)
 
 
 def panel(now: datetime | None = None) -> dict:
     """The dashboard's panel: the busiest and the slowest (p95 run time) tasks of the hour."""
-    rows = task_rows("1h", now)
+    rows, _ = task_rows("1h", now)
     busiest = sorted(rows, key=lambda r: (-r["executions"], r["task"]))[:PANEL_SIZE]
     timed = [row for row in rows if row["run_p95"] is not None]
     slowest = sorted(timed, key=lambda r: (-r["run_p95"], r["task"]))[:PANEL_SIZE]

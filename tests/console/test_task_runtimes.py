@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from jobs import services
 from jobs.accounting import rollup
+from jobs.accounting.stats import quantile
 from jobs.models import Job, JobStatus
 from tests import djangotasks
 from tests.console.test_accounting_reads import job_table_scans
@@ -138,6 +139,19 @@ def test_the_tasks_page_agrees_with_the_table_without_scanning_it(ended):
     assert day["tests.record"]["run_max"] == pytest.approx(600.0, abs=1e-3)
 
 
+def test_the_tasks_page_narrows_to_one_queue(ended):
+    browser = client(superuser())
+    response = browser.get("/admin/tasks/?queue=other")
+    assert response.context["queues"] == ["default", "other"]
+    rows = rows_by_task(response)
+    assert set(rows) == {"tests.permanent"}
+    assert rows["tests.permanent"]["jobs_url"].endswith("task=tests.permanent&queue=other")
+    assert set(rows_by_task(browser.get("/admin/tasks/?queue=default"))) == {
+        "tests.record",
+        "tests.djangotasks.add",
+    }
+
+
 def test_a_task_page_shows_its_figures_per_queue_and_its_charts(ended):
     browser = client(superuser())
     with CaptureQueriesContext(connection) as queries:
@@ -216,3 +230,21 @@ def test_a_django_task_run_by_a_worker_is_listed_and_counted_by_its_function(
         if name == "conveyor_jobs_ended_last_hour"
     }
     assert ended_by_task == {"tests.djangotasks.add": 1, "tests.djangotasks.fails": 1}
+
+
+@pytest.mark.parametrize(
+    ("buckets", "q", "most", "expected"),
+    [
+        ([0] * 17, 0.5, 0.0, None),  # nothing ran
+        # 10 jobs: 4 at most 5 ms, 6 in (5 ms, 10 ms]: the median's rank 5 is 1/6 into the
+        # second bucket.
+        ([4] + [10] * 16, 0.5, 0.009, 0.005 + 0.005 * (5 - 4) / 6),
+        ([4] + [10] * 16, 0.95, 0.009, 0.009),  # capped at the largest value seen
+        ([0] * 16 + [3], 0.5, 5000.0, 5000.0),  # beyond the last bound: the largest value
+    ],
+)
+def test_quantiles_interpolate_inside_the_bucket_and_never_exceed_the_max(
+    buckets, q, most, expected
+):
+    found = quantile(buckets, BOUNDS, q, most)
+    assert found == (None if expected is None else pytest.approx(expected))
