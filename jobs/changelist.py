@@ -64,14 +64,6 @@ def request_counts(request) -> dict[tuple[str, str, str], int]:
     return request._job_counts
 
 
-def registered_job_tasks() -> set[str]:
-    """Return the names of the Celery tasks that run jobs (JobTask subclasses)."""
-    from jobs.task import JobTask
-    from project.celery import app
-
-    return {name for name, task in app.tasks.items() if isinstance(task, JobTask)}
-
-
 class QueueFilter(admin.SimpleListFilter):
     title = "queue"
     parameter_name = "queue"
@@ -85,7 +77,7 @@ class QueueFilter(admin.SimpleListFilter):
 
 def task_names_known(request) -> set[str]:
     """The Celery task names jobs are stored with: registered job tasks and counted ones."""
-    return registered_job_tasks() | {task for _, task, _ in request_counts(request)}
+    return task_names.registered_job_tasks() | {task for _, task, _ in request_counts(request)}
 
 
 def function_paths() -> set[str]:

@@ -36,6 +36,14 @@ def display_expression() -> Case:
     )
 
 
+def registered_job_tasks() -> set[str]:
+    """Return the names of the Celery tasks that run jobs (JobTask subclasses)."""
+    from jobs.task import JobTask
+    from project.celery import app
+
+    return {name for name, task in app.tasks.items() if isinstance(task, JobTask)}
+
+
 def is_function_path(name: str, task_names) -> bool:
     """Whether ``name`` is a django.tasks function path rather than a task in ``task_names``."""
     return bool(name) and name != DJANGO_TASK and name not in task_names
@@ -52,3 +60,11 @@ def matching(name: str, *, function_path: bool) -> Q:
     if connection.vendor == "postgresql":
         return Q(task=DJANGO_TASK, payload__contains={"path": name})
     return Q(task=DJANGO_TASK, payload__path=name)
+
+
+def filter_by_name(name: str) -> Q:
+    """The jobs shown under ``name`` when no counts are at hand: a registered job task's
+    jobs, else the jobs stored under that name or run for that django.tasks function."""
+    if name == DJANGO_TASK or name in registered_job_tasks():
+        return Q(task=name)
+    return Q(task=name) | matching(name, function_path=True)

@@ -21,6 +21,7 @@ from jobs.accounting import rollup
 from jobs.accounting.stats import quantile
 from jobs.models import Job, JobStatus
 from tests import djangotasks
+from tests.api.conftest import make_api  # noqa: F401 - fixture
 from tests.console.test_accounting_reads import job_table_scans
 from tests.console.test_console import client, samples
 from tests.processes import wait_until
@@ -198,7 +199,10 @@ def test_the_tasks_pages_need_the_dashboards_permission(ended):
 
 
 def test_a_django_task_run_by_a_worker_is_listed_and_counted_by_its_function(
-    transactional_db, start_worker, settings
+    transactional_db,
+    start_worker,
+    settings,
+    make_api,  # noqa: F811
 ):
     start_worker(queues="default", concurrency=1)
     good = djangotasks.add.enqueue(2, 3)
@@ -222,6 +226,12 @@ def test_a_django_task_run_by_a_worker_is_listed_and_counted_by_its_function(
     everything = browser.get("/admin/jobs/job/").content.decode()
     assert '<td class="field-task_name">tests.djangotasks.fails</td>' in everything
     assert "1 job" in listed
+    job = Job.objects.get(pk=int(good.id))
+    page = browser.get(f"/admin/jobs/job/{job.pk}/change/").content.decode()
+    assert "tests.djangotasks.add (a django.tasks function, run by jobs.django_task)" in page
+    found = make_api("admin").get("/jobs?task=tests.djangotasks.add").json()
+    assert [item["id"] for item in found] == [job.pk]
+    assert len(make_api("admin").get("/jobs?task=jobs.django_task").json()) == 2
 
     settings.CONVEYOR_METRICS_ALLOW = "127.0.0.1"
     ended_by_task = {
