@@ -14,6 +14,8 @@ from urllib.parse import urlencode
 
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.html import escape
+from django.utils.safestring import SafeString, mark_safe
 
 from jobs.accounting import stats
 from jobs.accounting.rollup import RUN_TIME_BOUNDS, WAIT_TIME_BOUNDS
@@ -42,6 +44,11 @@ def duration_text(seconds: float | None) -> str:
     if seconds < 120:
         return f"{seconds:.2f} s"
     return f"{seconds / 60:.1f} min"
+
+
+def breakable(name: str) -> SafeString:
+    """``name`` escaped, with line breaks allowed after its dots (never inside a word)."""
+    return mark_safe(escape(name).replace(".", ".<wbr>"))
 
 
 def jobs_url(**filters) -> str:
@@ -122,6 +129,7 @@ def task_rows(
         rows.append(
             {
                 "task": task,
+                "task_html": breakable(task),
                 "url": reverse("admin:console_task", args=[task]) + f"?window={window}",
                 "jobs_url": jobs_url(task=task, **on),
                 "failed_url": jobs_url(task=task, status__exact=JobStatus.DEAD, **on),

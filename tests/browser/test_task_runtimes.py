@@ -69,7 +69,7 @@ def test_the_tasks_pages_show_what_the_worker_ran(admin_page, start_worker):
     assert abs(shown - slowest) < 0.01 and shown >= 0.6
     shots(page, "tasks")
 
-    page.click("#tasks-table a:text-is('tests.record')")
+    page.click("#tasks-table tr[data-task='tests.record'] th a")
     page.wait_for_selector("#task-run-chart svg")
     assert page.locator("#task-figures [data-stat=executions]").inner_text() == "3"
     assert page.locator("#task-queues tr[data-queue=default] [data-stat=executions]").count()
@@ -80,7 +80,7 @@ def test_the_tasks_pages_show_what_the_worker_ran(admin_page, start_worker):
     assert page.locator("#result_list tbody tr").count() == 3
 
     page.goto("/admin/tasks/?window=24h")
-    page.click("#tasks-table a:text-is('tests.djangotasks.add')")
+    page.click("#tasks-table tr[data-task='tests.djangotasks.add'] th a")
     page.wait_for_selector("#task-figures")
     page.click("text=all its jobs")
     page.wait_for_selector("#result_list")
@@ -93,7 +93,7 @@ def test_the_tasks_pages_show_what_the_worker_ran(admin_page, start_worker):
     assert busiest.get_attribute("data-task") == "tests.record"
     assert busiest.locator("[data-stat=executions]").inner_text() == "3"
     shots(page, "dashboard-runtimes")
-    page.click("#dashboard-runtimes [data-panel=slowest] a:text-is('tests.record')")
+    page.click("#dashboard-runtimes [data-panel=slowest] tr[data-task='tests.record'] th a")
     page.wait_for_selector("#task-figures")
     assert page.evaluate("window.__cspViolations") == []
 
