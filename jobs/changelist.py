@@ -15,7 +15,7 @@
 
 import html
 import json
-from datetime import datetime, timedelta, tzinfo
+from datetime import datetime, tzinfo
 
 from django.contrib import admin
 from django.contrib.admin.templatetags.admin_urls import add_preserved_filters
@@ -31,7 +31,6 @@ from django.utils.translation import gettext
 
 from jobs import task_names
 from jobs.accounting import counts, queues
-from jobs.models import JobMinuteStats
 from project.admin_urls import url_per_pk
 
 # Counting this many matching rows by index stays within a few milliseconds.
@@ -39,8 +38,6 @@ EXACT_COUNT_CAP = 10_000
 # The changelist's query-string keys that the accounting answers exactly, and the keys that
 # change the page, not the set of rows.
 ACCOUNTED_FILTERS = {"status__exact": 2, "queue": 0, "task": 1}
-# The task filter offers the function paths of django.tasks jobs that ended this recently.
-FUNCTION_PATHS_SINCE = timedelta(hours=24)
 NOT_FILTERS = {"p", "o", "e", "all", "_to_field", "_popup", "_facets"}
 
 
@@ -76,16 +73,9 @@ class QueueFilter(admin.SimpleListFilter):
 
 
 def task_names_known(request) -> set[str]:
-    """The Celery task names jobs are stored with: registered job tasks and counted ones."""
+    """The registered job tasks and every task the accounting counts jobs of (a django.tasks
+    job is counted under its function path, ``jobs.task_names``)."""
     return task_names.registered_job_tasks() | {task for _, task, _ in request_counts(request)}
-
-
-def function_paths() -> set[str]:
-    """The task names that had a job end in the last day, as the rollup keeps them (so with
-    django.tasks function paths)."""
-    since = timezone.now() - FUNCTION_PATHS_SINCE
-    rows = JobMinuteStats.objects.filter(minute__gte=since).order_by()
-    return set(rows.values_list("task", flat=True).distinct())
 
 
 class TaskFilter(admin.SimpleListFilter):
@@ -95,19 +85,15 @@ class TaskFilter(admin.SimpleListFilter):
     parameter_name = "task"
 
     def lookups(self, request, model_admin):
-        known = task_names_known(request)
-        names = known | {
-            name for name in function_paths() if task_names.is_function_path(name, known)
-        }
+        names = task_names_known(request)
         if self.value():
-            names.add(self.value())  # a function whose jobs ended before the rollup's window
+            names.add(self.value())
         return [(name, name) for name in sorted(names)]
 
     def queryset(self, request, queryset):
         if not self.value():
             return queryset
-        path = task_names.is_function_path(self.value(), task_names_known(request))
-        return queryset.filter(task_names.matching(self.value(), function_path=path))
+        return queryset.filter(task_names.filter_by_name(self.value()))
 
 
 def accounted_filters(params) -> dict[int, str] | None:
@@ -154,9 +140,8 @@ class JobPaginator(Paginator):
         super().__init__(object_list, per_page, **kwargs)
         self.request = request
         self.filters = accounted_filters(request.GET)
-        task = (self.filters or {}).get(1)
-        if task and task_names.is_function_path(task, task_names_known(request)):
-            self.filters = None  # the accounting counts all django.tasks jobs as one task
+        if (self.filters or {}).get(1) == task_names.DJANGO_TASK:
+            self.filters = None  # the accounting counts those jobs under their functions
 
     @cached_property
     def count(self) -> int:

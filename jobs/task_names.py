@@ -6,8 +6,8 @@ task, so claiming, retries, limits, uniqueness and the sweeper treat it as befor
 the per-minute rollup and ``/metrics`` use the *display name* instead: the function path
 (``myapp.tasks.send_report``) for a django.tasks job, the task for any other.
 
-The live counts by status (``jobs.accounting.counts``, kept by triggers) still count all
-django.tasks jobs under ``jobs.django_task``; what ended (the rollup) is per function path.
+The live counts by status (``jobs.accounting.counts``, kept by the triggers of
+``jobs.accounting.triggers``) and what ended (the rollup) are both per function path.
 """
 
 from django.db import connection
@@ -42,11 +42,6 @@ def registered_job_tasks() -> set[str]:
     from project.celery import app
 
     return {name for name, task in app.tasks.items() if isinstance(task, JobTask)}
-
-
-def is_function_path(name: str, task_names) -> bool:
-    """Whether ``name`` is a django.tasks function path rather than a task in ``task_names``."""
-    return bool(name) and name != DJANGO_TASK and name not in task_names
 
 
 def matching(name: str, *, function_path: bool) -> Q:

@@ -17,6 +17,9 @@ claim, the fixed statements in ``jobs.statements``, the reaper, operator actions
 * **SQLite** (the embedded default): row-level triggers, ``UPDATE OF status, queue, task``
   guarded by ``WHEN`` so a write that keeps all three appends nothing.
 
+A django.tasks job is counted under its function path (``jobs.task_names``), not under
+``jobs.django_task``: the triggers read its payload's ``path`` (which never changes).
+
 ``install()`` also rebuilds the counts from the table, in the same transaction as the
 triggers (which lock ``jobs_job`` against writers until it commits), so the figures are exact
 from the first moment. A SQLite table rebuild (an ``AlterField`` remakes the table) drops
@@ -26,11 +29,34 @@ triggers: ``ensure_installed()``, run after every ``migrate``, puts them back an
 from django.db import connection as default_connection
 from django.db.backends.base.base import BaseDatabaseWrapper
 
+from jobs.task_names import DJANGO_TASK
+
 TRIGGER_NAMES = ("conveyor_job_count_ins", "conveyor_job_count_upd", "conveyor_job_count_del")
 
+
+def _task_of(row: str, vendor: str) -> str:
+    """SQL for the task a row of ``jobs_job`` is counted under: a django.tasks job's function
+    path (its payload's ``path``, as ``jobs.task_names.display_name`` says), else its task."""
+    if vendor == "postgresql":
+        path = f"({row}.payload ->> 'path')"
+    else:
+        path = f"json_extract({row}.payload, '$.path')"
+    return (
+        f"CASE WHEN {row}.task = '{DJANGO_TASK}' AND {path} IS NOT NULL "
+        f"THEN substr({path}, 1, 200) ELSE {row}.task END"
+    )
+
+
 _NET_OF = {
-    "INSERT": ("NEW TABLE AS new_rows", "SELECT queue, task, status, 1 AS n FROM new_rows"),
-    "DELETE": ("OLD TABLE AS old_rows", "SELECT queue, task, status, -1 AS n FROM old_rows"),
+    "INSERT": (
+        "NEW TABLE AS new_rows",
+        f"SELECT queue, {_task_of('new_rows', 'postgresql')} AS task, status, 1 AS n FROM new_rows",
+    ),
+    "DELETE": (
+        "OLD TABLE AS old_rows",
+        f"SELECT queue, {_task_of('old_rows', 'postgresql')} AS task, status, -1 AS n "
+        "FROM old_rows",
+    ),
 }
 _CHANGED = (
     "OLD.status IS DISTINCT FROM NEW.status OR OLD.queue IS DISTINCT FROM NEW.queue "
@@ -65,7 +91,8 @@ def _postgresql_install() -> list[str]:
         CREATE OR REPLACE FUNCTION {name}() RETURNS trigger LANGUAGE plpgsql AS $$
         BEGIN
             INSERT INTO jobs_jobcountdelta (queue, task, status, n)
-            VALUES (OLD.queue, OLD.task, OLD.status, -1), (NEW.queue, NEW.task, NEW.status, 1);
+            VALUES (OLD.queue, {_task_of("OLD", "postgresql")}, OLD.status, -1),
+                   (NEW.queue, {_task_of("NEW", "postgresql")}, NEW.status, 1);
             RETURN NULL;
         END $$
         """,
@@ -91,7 +118,7 @@ _INSERT_DELTA = "INSERT INTO jobs_jobcountdelta (queue, task, status, n) VALUES"
 _SQLITE_INSTALL = [
     f"""
     CREATE TRIGGER IF NOT EXISTS conveyor_job_count_ins AFTER INSERT ON jobs_job BEGIN
-        {_INSERT_DELTA} (NEW.queue, NEW.task, NEW.status, 1);
+        {_INSERT_DELTA} (NEW.queue, {_task_of("NEW", "sqlite")}, NEW.status, 1);
     END
     """,
     f"""
@@ -99,24 +126,29 @@ _SQLITE_INSTALL = [
     AFTER UPDATE OF status, queue, task ON jobs_job
     WHEN OLD.status IS NOT NEW.status OR OLD.queue IS NOT NEW.queue OR OLD.task IS NOT NEW.task
     BEGIN
-        {_INSERT_DELTA} (OLD.queue, OLD.task, OLD.status, -1), (NEW.queue, NEW.task, NEW.status, 1);
+        {_INSERT_DELTA} (OLD.queue, {_task_of("OLD", "sqlite")}, OLD.status, -1),
+            (NEW.queue, {_task_of("NEW", "sqlite")}, NEW.status, 1);
     END
     """,
     f"""
     CREATE TRIGGER IF NOT EXISTS conveyor_job_count_del AFTER DELETE ON jobs_job BEGIN
-        {_INSERT_DELTA} (OLD.queue, OLD.task, OLD.status, -1);
+        {_INSERT_DELTA} (OLD.queue, {_task_of("OLD", "sqlite")}, OLD.status, -1);
     END
     """,
 ]
 _SQLITE_UNINSTALL = [f"DROP TRIGGER IF EXISTS {name}" for name in TRIGGER_NAMES]
 
-# Start the counts again from the table: run with the triggers in place, in their transaction.
-_REBUILD = [
-    "DELETE FROM jobs_jobcountdelta",
-    "DELETE FROM jobs_jobcount",
-    "INSERT INTO jobs_jobcount (queue, task, status, n) "
-    "SELECT queue, task, status, count(*) FROM jobs_job GROUP BY queue, task, status",
-]
+
+def _rebuild(vendor: str) -> list[str]:
+    """Start the counts again from the table: run with the triggers in place, in their
+    transaction."""
+    return [
+        "DELETE FROM jobs_jobcountdelta",
+        "DELETE FROM jobs_jobcount",
+        "INSERT INTO jobs_jobcount (queue, task, status, n) "
+        f"SELECT queue, {_task_of('jobs_job', vendor)}, status, count(*) FROM jobs_job "
+        "GROUP BY 1, 2, 3",
+    ]
 
 
 def install(connection: BaseDatabaseWrapper = default_connection) -> None:
@@ -124,7 +156,7 @@ def install(connection: BaseDatabaseWrapper = default_connection) -> None:
     statements = (
         _postgresql_install() if connection.vendor == "postgresql" else list(_SQLITE_INSTALL)
     )
-    _execute(connection, statements + _REBUILD)
+    _execute(connection, statements + _rebuild(connection.vendor))
 
 
 def uninstall(connection: BaseDatabaseWrapper = default_connection) -> None:

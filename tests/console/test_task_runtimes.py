@@ -17,13 +17,14 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from jobs import services
-from jobs.accounting import rollup
+from jobs.accounting import counts, rollup, triggers
 from jobs.accounting.stats import quantile
 from jobs.models import Job, JobStatus
 from tests import djangotasks
 from tests.api.conftest import make_api  # noqa: F401 - fixture
 from tests.console.test_accounting_reads import job_table_scans
 from tests.console.test_console import client, samples
+from tests.jobs.accounting_scenario import table_counts
 from tests.processes import wait_until
 
 S = JobStatus
@@ -196,6 +197,32 @@ def test_the_tasks_pages_need_the_dashboards_permission(ended):
     assert client(staff).get("/admin/tasks/").status_code == 200
     index = client(staff).get("/admin/").content.decode()
     assert 'href="/admin/tasks/"' in index
+
+
+def test_the_accounting_counts_django_tasks_jobs_by_their_function(transactional_db):
+    first, second = djangotasks.add.enqueue(1, 2), djangotasks.add.enqueue(3, 4)
+    djangotasks.fails.enqueue("later")
+    services.enqueue("tests.record", {})
+    Job.objects.filter(pk=int(first.id)).update(status=S.RUNNING)
+    Job.objects.filter(pk=int(second.id)).delete()
+    found = {key: n for key, n in counts.read().items() if n}
+    assert found == table_counts()
+    assert found == {
+        ("default", "tests.djangotasks.add", S.RUNNING): 1,
+        ("default", "tests.djangotasks.fails", S.QUEUED): 1,
+        ("default", "tests.record", S.QUEUED): 1,
+    }
+    counts.fold()
+    assert {key: n for key, n in counts.read().items() if n} == found
+    triggers.install()  # the rebuild from the table agrees
+    assert {key: n for key, n in counts.read().items() if n} == found
+    browser = client(superuser())
+    listed = browser.get("/admin/jobs/job/?task=jobs.django_task").content.decode()
+    assert "2 jobs" in listed  # counted from the table, not from the accounting
+    listed = browser.get("/admin/jobs/job/?task=tests.djangotasks.fails").content.decode()
+    assert "1 job" in listed
+    offered = browser.get("/admin/jobs/job/").content.decode()
+    assert "?task=tests.djangotasks.fails" in offered and "?task=tests.djangotasks.add" in offered
 
 
 def test_a_django_task_run_by_a_worker_is_listed_and_counted_by_its_function(
