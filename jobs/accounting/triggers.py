@@ -41,9 +41,10 @@ def _task_of(row: str, vendor: str) -> str:
         path = f"({row}.payload ->> 'path')"
     else:
         path = f"json_extract({row}.payload, '$.path')"
+    # CASE evaluates its THEN only for a django.tasks row: no other row's payload is read.
     return (
-        f"CASE WHEN {row}.task = '{DJANGO_TASK}' AND {path} IS NOT NULL "
-        f"THEN substr({path}, 1, 200) ELSE {row}.task END"
+        f"CASE WHEN {row}.task = '{DJANGO_TASK}' "
+        f"THEN coalesce(substr({path}, 1, 200), {row}.task) ELSE {row}.task END"
     )
 
 
