@@ -9,10 +9,15 @@ from django.core.exceptions import PermissionDenied
 from django.shortcuts import redirect
 from django.urls import path, reverse
 
-from deployments import services, timeline
+from deployments import (
+    admin_deploy_locks,  # noqa: F401 - registers the deploy lock admin
+    services,
+    timeline,
+)
 from deployments.admin_environments import ApprovalAdminMixin
 from deployments.admin_logs import LogViewsMixin
 from deployments.approval_status import approval_status
+from deployments.deploy_locks import current_lock
 from deployments.errors import DeploymentError
 from deployments.models import (
     FINISHED,
@@ -175,6 +180,7 @@ class DeploymentAdmin(LogViewsMixin, ApprovalAdminMixin, ConveyorModelAdmin):
             "refresh_seconds": REFRESH_SECONDS,
             "status_check_seconds": STATUS_CHECK_SECONDS,
             "approval": approval_status(deployment, user=request.user),
+            "deploy_lock": current_lock(deployment.project, deployment.environment),
             "approve_url": reverse("admin:deployments_deployment_approve", args=[deployment.pk]),
             "reject_url": reverse("admin:deployments_deployment_reject", args=[deployment.pk]),
             "can_retry": deployment.status in FINISHED and self.has_retry_permission(request),

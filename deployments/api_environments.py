@@ -1,12 +1,12 @@
 """REST endpoints for environments: history, rollback, approvals and DORA metrics."""
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.http import HttpRequest, HttpResponse
 from ninja import Field, Query, Router, Schema
 from pydantic import ConfigDict
 
-from deployments import approvals, dora, history, rollback, selectors
+from deployments import approvals, deploy_locks, dora, history, rollback, selectors
 from deployments.api import (
     DeploymentOut,
     create_once,
@@ -15,9 +15,13 @@ from deployments.api import (
     visible_project,
 )
 from deployments.environments import Approver
+from deployments.errors import InvalidRequest
 from deployments.validation import clean_environment
 from jobs.auth import acting_user, actor, require_scope
 from jobs.models import ApiToken, TokenScope
+from jobs.permissions import PERMISSIONS, allowed
+from project.api_errors import ApiError
+from project.env import parse_duration
 from project.pagination import DEFAULT_LIMIT, MAX_LIMIT, paginate
 
 router = Router(tags=["environments"])
@@ -27,6 +31,27 @@ class FrozenOut(Schema):
     window: str
     opened_at: datetime
     closes_at: datetime
+
+
+class LockIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    reason: str = Field(
+        ..., min_length=1, max_length=500, description="why; shown to whoever is refused"
+    )
+    expires_in: int | str | None = Field(
+        None,
+        description="seconds, or a duration such as 30m, 2h, 1d (at most 90 days); "
+        "default: until released",
+    )
+
+
+class LockOut(Schema):
+    environment: str
+    reason: str
+    locked_by: str
+    locked_at: datetime
+    expires_at: datetime | None
 
 
 class ApproversOut(Schema):
@@ -47,6 +72,7 @@ class EnvironmentOut(Schema):
     latest: DeploymentOut | None
     waiting_approval: int
     deployments: int
+    lock: LockOut | None = Field(None, description="the deploy lock holding it, if any")
 
 
 class EnvironmentDetailOut(EnvironmentOut):
@@ -238,3 +264,58 @@ def dora_metrics(request: HttpRequest, slug: str, query: Query[DoraQuery]):
     project = visible_project(request, slug)
     environment = clean_environment(query.environment or project.default_environment)
     return dora.dora_metrics(project=project, environment=environment, days=query.days)
+
+
+def _lock_holder(request: HttpRequest) -> deploy_locks.Holder:
+    token: ApiToken = request.auth
+    user = acting_user(request)
+    admin = token.allows(TokenScope.ADMIN) and (
+        user is None or allowed(user, "environment.unlock_any")
+    )
+    return deploy_locks.Holder(label=actor(request), user=user, token=token.name, admin=admin)
+
+
+@router.post(
+    "/projects/{slug}/environments/{name}/lock",
+    response=LockOut,
+    summary="Lock an environment: new deployments to it are refused (409) until released",
+)
+def lock_environment(request: HttpRequest, slug: str, name: str, payload: LockIn):
+    require_scope(request, TokenScope.DEPLOY)
+    user = acting_user(request)
+    if user is not None and not allowed(user, "environment.lock"):
+        raise ApiError(
+            403,
+            "forbidden",
+            f"{user.get_username()} lacks the {PERMISSIONS['environment.lock']} permission",
+        )
+    project = visible_project(request, slug)
+    lock = deploy_locks.lock_acquire(
+        project,
+        name,
+        reason=payload.reason,
+        holder=_lock_holder(request),
+        expires_in=_expiry(payload.expires_in),
+    )
+    return deploy_locks.lock_as_dict(lock)
+
+
+@router.delete(
+    "/projects/{slug}/environments/{name}/lock",
+    response=LockOut,
+    summary="Release an environment's lock (whoever took it, or an admin-scope token)",
+)
+def unlock_environment(request: HttpRequest, slug: str, name: str):
+    require_scope(request, TokenScope.DEPLOY)
+    project = visible_project(request, slug)
+    lock = deploy_locks.lock_release(project, name, holder=_lock_holder(request))
+    return deploy_locks.lock_as_dict(lock)
+
+
+def _expiry(value: int | str | None) -> timedelta | None:
+    if value is None:
+        return None
+    try:
+        return parse_duration(str(value))
+    except ValueError as exc:
+        raise InvalidRequest(f"expires_in: {exc}", field="expires_in") from None

@@ -1,7 +1,8 @@
 """Creating a deployment: the one path a trigger, a retry and a rollback share.
 
 ``create`` takes the environment lock, answers a repeated idempotency key with the
-deployment it made the first time, asks the caller's ``plan`` (under the lock) what the new
+deployment it made the first time, refuses an environment someone holds a deploy lock on
+(deployments.deploy_locks), asks the caller's ``plan`` (under the lock) what the new
 deployment runs, applies the environment's gate (freeze, approval, wait timer), inserts the
 row and, when it may start, its job, writes the caller's audit entry, and announces it.
 deployments.services (trigger and retry) and deployments.rollback differ only in their plan.
@@ -16,13 +17,14 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from deployments import environments, policy
+from deployments.deploy_locks import refuse_if_locked
 from deployments.environments import Gate
 from deployments.errors import IdempotencyConflict
 from deployments.events import emit, emit_approval_requested, log_deployment
 from deployments.locks import lock_environment
 from deployments.models import Deployment, DeploymentStatus, Project
 from jobs.models import AuditLog
-from jobs.services import enqueue
+from jobs.services import enqueue, job_supersede
 from project.constraints import violates
 
 S = DeploymentStatus
@@ -37,11 +39,14 @@ class Plan:
     ``fields`` are the Deployment's own: ``ref``, ``pipeline``, ``pipeline_name``, ``params``,
     ``steps``, ``timeout`` and, as the kind asks, ``commit_sha``, ``retry_of``, ``attempt``,
     ``rollback_of``, ``undoes``. ``audit`` is ``(action, target, details)``; the new
-    deployment's id is added to its details.
+    deployment's id is added to its details. ``supersedes_job`` is the id of a job whose
+    work the new deployment takes over (a retry's original's): if dead, it stops being a
+    dead letter.
     """
 
     fields: dict
     audit: tuple[str, Deployment, dict] | None = None
+    supersedes_job: int | None = None
 
 
 def create(
@@ -70,6 +75,7 @@ def create(
             existing = replay(project, idempotency_key, fingerprint)
             if existing is not None:
                 return existing
+        refuse_if_locked(project, environment)
         chosen = plan()
         ref = chosen.fields["ref"]
         gate = environments.gate(project, environment, ref=ref, override_freeze=override_freeze)
@@ -98,6 +104,7 @@ def create(
         if chosen.audit is not None:
             action, target, details = chosen.audit
             audit(triggered_by, action, target, {"new_deployment": deployment.pk, **details})
+        job_supersede([chosen.supersedes_job], actor=triggered_by)
         return _announce(deployment, gate, actor=triggered_by)
 
 

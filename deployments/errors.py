@@ -91,3 +91,24 @@ class RefNotAllowed(DeploymentError):
     def __init__(self, message: str, *, ref: str, allowed: list[str]) -> None:
         super().__init__(message)
         self.details = {"ref": ref, "allowed_refs": allowed}
+
+
+class EnvironmentLocked(DeploymentError):
+    """Someone holds a deploy lock on the environment (409); ``details`` say who and why."""
+
+    def __init__(self, message: str, *, lock) -> None:
+        super().__init__(message)
+        self.details = {
+            "locked_by": lock.locked_by,
+            "reason": lock.reason,
+            "locked_at": lock.locked_at.isoformat(),
+            "expires_at": lock.expires_at.isoformat() if lock.expires_at else None,
+        }
+
+
+class NotLocked(DeploymentError):
+    """The environment holds no deploy lock to release (404)."""
+
+
+class NotLockHolder(DeploymentError):
+    """Only whoever took a deploy lock, or an admin, may release it (403)."""

@@ -1,16 +1,18 @@
 """Read-only views of a project's environments: rules, current deployment, history.
 
-An environment exists for these views when it has rules (an ``Environment`` row) or at
-least one deployment. Its *current* deployment is its latest success (by finish time).
+An environment exists for these views when it has rules (an ``Environment`` row), at
+least one deployment, or a deploy lock. Its *current* deployment is its latest success (by
+finish time).
 """
 
 from django.db.models import QuerySet
 from django.utils import timezone
 
 from deployments import selectors
+from deployments.deploy_locks import current_lock, lock_as_dict
 from deployments.errors import EnvironmentNotFound
 from deployments.freeze import active_window
-from deployments.models import Deployment, DeploymentStatus, Environment, Project
+from deployments.models import DeployLock, Deployment, DeploymentStatus, Environment, Project
 from deployments.rollback import current_deployment
 
 S = DeploymentStatus
@@ -29,7 +31,12 @@ def environment_names(project: Project) -> list[str]:
         .values_list("environment", flat=True)
         .distinct()
     )
-    return sorted(set(ruled[:MAX_ENVIRONMENTS]) | set(deployed[:MAX_ENVIRONMENTS]))
+    locked = DeployLock.objects.filter(project=project).values_list("environment", flat=True)
+    return sorted(
+        set(ruled[:MAX_ENVIRONMENTS])
+        | set(deployed[:MAX_ENVIRONMENTS])
+        | set(locked[:MAX_ENVIRONMENTS])
+    )
 
 
 def environment_history(project: Project, name: str) -> QuerySet:
@@ -45,7 +52,8 @@ def environment_summary(project: Project, name: str, *, rules: Environment | Non
         rules = Environment.objects.filter(project=project, name=name).first()
     history = environment_history(project, name)
     latest = history.first()
-    if rules is None and latest is None:
+    lock = current_lock(project, name)
+    if rules is None and latest is None and lock is None:
         raise EnvironmentNotFound(f"project {project.slug} has no environment {name!r}")
     current = current_deployment(project, name)
     window = active_window(rules.freeze if rules else [], timezone.now())
@@ -69,6 +77,7 @@ def environment_summary(project: Project, name: str, *, rules: Environment | Non
         "latest": _brief(latest),
         "waiting_approval": history.filter(status=S.WAITING_APPROVAL).count(),
         "deployments": history.count(),
+        "lock": lock_as_dict(lock),
     }
 
 

@@ -22,6 +22,7 @@ from jobs.changelist import JobPaginator, QueueFilter, TaskFilter, to_the_second
 from jobs.errors import IllegalTransition, JobNotFound
 from jobs.filters import ErrorClassFilter, OwnedByFilter, PayloadFilter
 from jobs.models import (
+    DEAD_LETTER,
     FINISHED,
     AuditLog,
     Job,
@@ -111,6 +112,26 @@ class OwnerFilter(admin.SimpleListFilter):
         return queryset
 
 
+class DeadLetterFilter(admin.SimpleListFilter):
+    """Dead jobs still waiting for an operator, or those a later job took over."""
+
+    title = "dead letter"
+    parameter_name = "dead_letter"
+
+    def lookups(self, request, model_admin):
+        return [
+            ("yes", "Dead letters (dead, not superseded)"),
+            ("superseded", "Dead, superseded by a replay or retry"),
+        ]
+
+    def queryset(self, request, queryset):
+        if self.value() == "yes":
+            return queryset.filter(DEAD_LETTER)
+        if self.value() == "superseded":
+            return queryset.filter(status=JobStatus.DEAD, superseded_at__isnull=False)
+        return queryset
+
+
 class JobChangeList(ConveyorChangeList):
     """Looks up the owners of a page of jobs in one query per owning app."""
 
@@ -149,6 +170,7 @@ class JobAdmin(BulkAdminMixin, ConveyorModelAdmin):
     # Payload, error class and owner are typed (jobs.filters); times are ranges (__gte, __lt).
     list_filter = (
         "status",
+        DeadLetterFilter,
         OwnerFilter,
         "reason",
         QueueFilter,
@@ -181,6 +203,7 @@ class JobAdmin(BulkAdminMixin, ConveyorModelAdmin):
         "lease_expires_at",
         "cancel_requested_at",
         "published_at",
+        "superseded_at",
     )
     fields = readonly_fields = (
         "owner_link",
@@ -212,6 +235,7 @@ class JobAdmin(BulkAdminMixin, ConveyorModelAdmin):
     lease_expires_at_second = _to_the_second("lease_expires_at")
     cancel_requested_at_second = _to_the_second("cancel_requested_at")
     published_at_second = _to_the_second("published_at")
+    superseded_at_second = _to_the_second("superseded_at")
 
     def has_add_permission(self, request) -> bool:
         return False

@@ -53,6 +53,10 @@ UNIQUE_LIVE = Q(unique_key__isnull=False) & Q(
 )
 
 
+# A dead letter: a dead job no later job took over (jobs.services.job_supersede).
+DEAD_LETTER = Q(status="dead", superseded_at__isnull=True)
+
+
 class JobReason(models.TextChoices):
     """Why a job is ``retrying``, ``dead`` or ``cancelled``: set by jobs.outcome, and only there.
 
@@ -114,6 +118,9 @@ class Job(models.Model):
     updated_at = models.DateTimeField()
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # A dead job whose work was taken over (its delivery replayed, its deployment retried):
+    # no longer a dead letter. Set by jobs.services.job_supersede, cleared by a retry.
+    superseded_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-id"]
@@ -182,6 +189,13 @@ class Job(models.Model):
                 fields=["task", "limit_key"],
                 condition=Q(status="running"),
                 name="job_running_key_idx",
+            ),
+            # The dead letters (dead, not superseded): the Jobs list's filter, the tally's
+            # rebuild (jobs.accounting.tallies).
+            models.Index(
+                fields=["queue", "id"],
+                condition=DEAD_LETTER,
+                name="job_dead_letter_idx",
             ),
         ]
 
@@ -399,6 +413,48 @@ class JobCountDelta(models.Model):
 
     def __str__(self) -> str:
         return f"{self.queue}/{self.task}/{self.status}: {self.n:+d}"
+
+
+class JobTally(models.Model):
+    """A running total of one series of one queue and task (``jobs.accounting.tallies``).
+
+    Series: ``dead_letters`` (dead jobs not superseded; ``bucket`` -1) and the cumulative
+    histograms ``run_time`` and ``wait_time`` (``bucket`` the index of the first bound of
+    ``jobs.accounting.tallies.BOUNDS`` the time is within, ``len(BOUNDS)`` above the last;
+    ``total`` the seconds summed). Written only by ``jobs.accounting.tallies.fold``; the
+    exact figure is this row plus the ``JobTallyDelta`` rows not folded yet.
+    """
+
+    series = models.CharField(max_length=32)
+    queue = models.CharField(max_length=100)
+    task = models.CharField(max_length=200)
+    bucket = models.SmallIntegerField(default=-1)
+    n = models.BigIntegerField(default=0)
+    total = models.FloatField(default=0.0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["series", "queue", "task", "bucket"], name="job_tally_key"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.series} {self.queue}/{self.task}[{self.bucket}]: {self.n}"
+
+
+class JobTallyDelta(models.Model):
+    """A change to a ``JobTally``, appended by the database triggers on ``jobs_job``."""
+
+    series = models.CharField(max_length=32)
+    queue = models.CharField(max_length=100)
+    task = models.CharField(max_length=200)
+    bucket = models.SmallIntegerField(default=-1)
+    n = models.BigIntegerField()
+    total = models.FloatField(default=0.0)
+
+    def __str__(self) -> str:
+        return f"{self.series} {self.queue}/{self.task}[{self.bucket}]: {self.n:+d}"
 
 
 class JobMinuteStats(models.Model):

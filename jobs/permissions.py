@@ -18,6 +18,8 @@ PERMISSIONS: dict[str, str] = {
     "endpoint.rotate": "webhooks.rotate_secret",
     "endpoint.test": "webhooks.send_test",
     "endpoint.replay": "webhooks.replay_delivery",
+    "environment.lock": "deployments.add_deploylock",
+    "environment.unlock_any": "deployments.delete_deploylock",
     "metrics.view": "jobs.view_job",
 }
 

@@ -34,7 +34,15 @@ DASHBOARD_PARTS = (
     "maintenance",
     "runtimes",  # the busiest and slowest tasks of the hour (project.task_runtimes)
 )
-QUEUE_FIGURES = ("queue", "queued", "running", "retrying", "dead_24h", "oldest_age", "broker_depth")
+QUEUE_FIGURES = (
+    "queue",
+    "queued",
+    "running",
+    "retrying",
+    "dead_letters",
+    "oldest_age",
+    "broker_depth",
+)
 
 
 class ConsoleAdminSite(admin.AdminSite):

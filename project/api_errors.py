@@ -62,6 +62,9 @@ _DEPLOYMENT_ERRORS = {
     deployment_errors.ApprovalRefused: (403, "forbidden"),
     deployment_errors.UndeclaredEnvironment: (422, "invalid"),
     deployment_errors.RefNotAllowed: (422, "ref_not_allowed"),
+    deployment_errors.EnvironmentLocked: (409, "environment_locked"),
+    deployment_errors.NotLocked: (404, "not_found"),
+    deployment_errors.NotLockHolder: (403, "forbidden"),
 }
 
 

@@ -1,12 +1,13 @@
 """What the console's Tasks pages show: per task (and queue), the jobs that ended and how fast.
 
 Sidekiq 7's metrics, read from the engine's per-minute rollup (``jobs.accounting.rollup``),
-never from ``jobs_job``: executions (jobs that ended), failures (ended dead), cancelled, the
-failure rate, run time (finished − started of the last attempt) and queue wait (claimed −
-due) as p50/p95 and max, over the last hour or the last 24 hours. Percentiles are estimated
-from the rollup's cumulative buckets (``jobs.accounting.stats.quantile``), so they are as
-fine as the buckets are; the maxima are exact. A django.tasks job counts under its function
-path (``jobs.task_names``).
+never from ``jobs_job``: executions (jobs that ended), failures (ended dead, or succeeded for
+an owner that failed, as the throughput chart counts them), cancelled, the failure rate, run
+time (finished − started of the last attempt) and queue wait (claimed − due) as p50/p95 and
+max, over the last hour or the last 24 hours. Percentiles are estimated from the rollup's
+cumulative buckets (``jobs.accounting.stats.quantile``), so they are as fine as the buckets
+are; the maxima are exact. A django.tasks job counts under its function path
+(``jobs.task_names``).
 """
 
 from datetime import datetime, timedelta
@@ -18,7 +19,7 @@ from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
 from jobs.accounting import stats
-from jobs.accounting.rollup import RUN_TIME_BOUNDS, WAIT_TIME_BOUNDS
+from jobs.accounting.rollup import OWNER_FAILED, RUN_TIME_BOUNDS, WAIT_TIME_BOUNDS
 from jobs.models import JobStatus
 
 # Window name -> (span, chart bucket). The first is the default.
@@ -59,7 +60,8 @@ def jobs_url(**filters) -> str:
 def figures(ended: stats.Ended, by_status: dict[str, int]) -> dict:
     """One row's numbers: counts, failure rate, run-time and wait-time estimates."""
     total = ended.count
-    failed = by_status.get(JobStatus.DEAD, 0)
+    # As the throughput chart counts them: ended dead, or succeeded for an owner that failed.
+    failed = by_status.get(JobStatus.DEAD, 0) + by_status.get(OWNER_FAILED, 0)
     run = [
         stats.quantile(ended.run_time_buckets, RUN_TIME_BOUNDS, q, ended.run_time_max)
         for q in (0.5, 0.95)

@@ -16,6 +16,7 @@ from deployments.models.deployments import (
 from deployments.models.environments import (
     Approval,
     ApprovalDecision,
+    DeployLock,
     Environment,
 )
 from deployments.models.projects import (
@@ -35,6 +36,7 @@ __all__ = (
     "Approval",
     "ApprovalDecision",
     "ConcurrencyPolicy",
+    "DeployLock",
     "Deployment",
     "DeploymentEvent",
     "DeploymentStatus",

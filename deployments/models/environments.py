@@ -113,3 +113,43 @@ class Approval(models.Model):
 
     def __str__(self) -> str:
         return f"{self.deployment_id}: {self.decision} by {self.approver}"
+
+
+MAX_LOCK_REASON = 500
+
+
+class DeployLock(models.Model):
+    """A hold on one (project, environment): while it is held, no new deployment goes there.
+
+    Taken with a reason (and optionally an expiry) by an operator or a token, like Kamal's
+    ``lock acquire -m``; released by whoever took it or by an admin. An expired lock no longer
+    holds and is replaced by the next one taken. Unrelated to ``EnvironmentLock``, the row
+    that serializes concurrency decisions.
+    """
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="deploy_locks")
+    environment = EnvironmentNameField(max_length=64, validators=[name_validator])
+    reason = models.CharField(max_length=MAX_LOCK_REASON)
+    locked_by = models.CharField(
+        max_length=200, help_text="who took it, as the audit log names them"
+    )
+    locked_by_user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    locked_by_token = models.CharField(
+        max_length=100, blank=True, default="", help_text="the API token's name, if one took it"
+    )
+    locked_at = models.DateTimeField()
+    expires_at = models.DateTimeField(null=True, blank=True, help_text="empty: until released")
+
+    class Meta:
+        ordering = ["project__slug", "environment"]
+        constraints = [
+            models.UniqueConstraint(fields=["project", "environment"], name="deploy_lock_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.project.slug}/{self.environment} locked by {self.locked_by}"
+
+    def holds(self, now) -> bool:
+        return self.expires_at is None or self.expires_at > now

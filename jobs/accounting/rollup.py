@@ -12,6 +12,10 @@ These are estimates: a job whose end commits more than ``REFRESH_MINUTES`` after
 last attempt (``finished_at - started_at``); the wait time is claim minus due
 (``started_at - run_after``) of the last attempt.
 
+A job that succeeded while its owner failed (a deployment's job succeeds even when the
+deployment fails: ``jobs.owners``' ``failed_job_ids`` hook) is rolled up with the status
+``OWNER_FAILED`` rather than ``succeeded``, so the throughput chart counts it as a failure.
+
 Buckets are cumulative, as Prometheus histograms are: ``run_time_buckets[i]`` counts the jobs
 whose run time was at most ``RUN_TIME_BOUNDS[i]`` seconds, and the last entry counts every
 job with a run time (cancelled-before-running jobs have none). The same for wait time.
@@ -24,11 +28,24 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.db import transaction
-from django.db.models import Count, DurationField, ExpressionWrapper, F, Max, Q, Sum
+from django.db.models import (
+    BooleanField,
+    Case,
+    Count,
+    DurationField,
+    ExpressionWrapper,
+    F,
+    Max,
+    Q,
+    Sum,
+    Value,
+    When,
+)
 from django.db.models.functions import TruncMinute
 from django.utils import timezone
 
-from jobs.models import FINISHED, Job, JobMinuteStats
+from jobs import owners
+from jobs.models import FINISHED, Job, JobMinuteStats, JobStatus
 from jobs.task_names import display_expression
 
 # Upper bounds in seconds (from 5 ms to an hour), the same for run and wait time.
@@ -38,6 +55,8 @@ WAIT_TIME_BOUNDS = RUN_TIME_BOUNDS
 REFRESH_MINUTES = 3
 # The dashboard charts 24 hours; a day more leaves room to look back.
 RETENTION = timedelta(hours=48)
+# The rollup's status for a job that succeeded while its owner failed.
+OWNER_FAILED = "owner_failed"
 
 
 @dataclass(frozen=True)
@@ -81,8 +100,19 @@ def refresh(*, now: datetime | None = None) -> RefreshResult:
         .annotate(
             run_time=_duration("finished_at", "started_at"),
             wait_time=_duration("started_at", "run_after"),
+            owner_failed=Case(
+                When(Q(status=JobStatus.SUCCEEDED) & owners.failed_owner_filter(), then=True),
+                default=Value(False),
+                output_field=BooleanField(),
+            ),
         )
-        .values("queue", "status", name=display_expression(), minute=TruncMinute("finished_at"))
+        .values(
+            "queue",
+            "status",
+            "owner_failed",
+            name=display_expression(),
+            minute=TruncMinute("finished_at"),
+        )
         .annotate(**_aggregates())
         .order_by()
     )
@@ -91,7 +121,7 @@ def refresh(*, now: datetime | None = None) -> RefreshResult:
             minute=row["minute"],
             queue=row["queue"],
             task=row["name"][:200],  # the column's length; a longer function path is cut
-            status=row["status"],
+            status=OWNER_FAILED if row["owner_failed"] else row["status"],
             count=row["count"],
             run_time_buckets=[row[f"run_{i}"] for i in range(len(RUN_TIME_BOUNDS))]
             + [row["run_all"]],

@@ -25,6 +25,9 @@ class Api:
             headers={**self.headers, **(headers or {})},
         )
 
+    def delete(self, path):
+        return self.client.delete(f"/api/v1{path}", headers=self.headers)
+
     def patch(self, path, body):
         return self.client.patch(
             f"/api/v1{path}",

@@ -169,8 +169,8 @@ def test_a_task_page_shows_its_figures_per_queue_and_its_charts(ended):
     assert len(hour) == 1 and hour[0]["run_max"] == pytest.approx(600.0, abs=1e-3)
     body = response.content.decode()
     for chart in ("task-executions-chart", "task-run-chart", "task-wait-chart"):
-        assert f'id="{chart}"><svg' in body
-    assert body.count("<circle") == 2 * 2 * 2  # p50 and p95, run and wait, two hours
+        assert f'id="{chart}"><div class="console-chart"' in body
+    assert body.count("data-point=") == 2 * 2 * 2  # p50 and p95, run and wait, two hours
     assert "/admin/jobs/job/?task=tests.record" in body
 
     minutes = browser.get("/admin/tasks/tests.record/").context["detail"]

@@ -17,6 +17,6 @@ def reinstall(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-    dependencies = [("jobs", "0017_job_payload_path_index")]
+    dependencies = [("jobs", "0019_job_tallies")]
 
     operations = [migrations.RunPython(reinstall, reinstall, elidable=False)]
