@@ -267,6 +267,12 @@ def test_a_django_task_run_by_a_worker_is_listed_and_counted_by_its_function(
         if name == "conveyor_jobs_ended_last_hour"
     }
     assert ended_by_task == {"tests.djangotasks.add": 1, "tests.djangotasks.fails": 1}
+    timed = {  # the exact histograms (jobs.accounting.tallies): per function too
+        dict(labels)["task"]: value
+        for (name, labels), value in samples(client().get("/metrics").content.decode()).items()
+        if name == "conveyor_job_runtime_seconds_count"
+    }
+    assert timed == {"tests.djangotasks.add": 1, "tests.djangotasks.fails": 1}
 
 
 @pytest.mark.parametrize(
