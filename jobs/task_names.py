@@ -58,8 +58,14 @@ def matching(name: str, *, function_path: bool) -> Q:
 
 
 def filter_by_name(name: str) -> Q:
-    """The jobs shown under ``name`` when no counts are at hand: a registered job task's
-    jobs, else the jobs stored under that name or run for that django.tasks function."""
+    """The jobs shown under ``name``: a job task's jobs (registered, or any task a job is
+    stored with: one index lookup says), else that django.tasks function's jobs.
+
+    Never both in one OR, which no index answers in the list's order.
+    """
+    from jobs.models import Job
+
     if name == DJANGO_TASK or name in registered_job_tasks():
         return Q(task=name)
-    return Q(task=name) | matching(name, function_path=True)
+    stored = Job.objects.filter(task=name).order_by().exists()
+    return matching(name, function_path=not stored)

@@ -16,7 +16,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from jobs import services
+from jobs import services, task_names
 from jobs.accounting import counts, rollup, triggers
 from jobs.accounting.stats import quantile
 from jobs.models import Job, JobStatus
@@ -223,6 +223,21 @@ def test_the_accounting_counts_django_tasks_jobs_by_their_function(transactional
     assert "1 job" in listed
     offered = browser.get("/admin/jobs/job/").content.decode()
     assert "?task=tests.djangotasks.fails" in offered and "?task=tests.djangotasks.add" in offered
+
+
+def test_the_task_filter_tells_a_stored_task_from_a_function_path(transactional_db):
+    function = Job.objects.get(pk=int(djangotasks.add.enqueue(1, 2).id))
+    stale = services.enqueue("tests.record", {})
+    Job.objects.filter(pk=stale.pk).update(task="retired.celery.task")  # no longer registered
+    services.enqueue("tests.record", {"path": "tests.djangotasks.add"})  # a look-alike payload
+    for name, expected in (
+        ("tests.djangotasks.add", [function.pk]),
+        ("retired.celery.task", [stale.pk]),
+        ("jobs.django_task", [function.pk]),
+        ("never.heard.of", []),
+    ):
+        found = Job.objects.filter(task_names.filter_by_name(name)).values_list("pk", flat=True)
+        assert sorted(found) == expected, name
 
 
 def test_a_django_task_run_by_a_worker_is_listed_and_counted_by_its_function(
