@@ -67,6 +67,11 @@ class EnvironmentOut(Schema):
     allow_self_approval: bool
     wait_timer: int = Field(..., description="seconds after creation before a deployment runs")
     freeze: list[dict]
+    health: dict | None = Field(
+        None,
+        description="the health gate after each success: window and check_timeout in "
+        "seconds, max_failure_rate, min_events, check, rollback (null: no gate)",
+    )
     frozen: FrozenOut | None = Field(None, description="the freeze window open now, if any")
     current: DeploymentOut | None = Field(None, description="the latest successful deployment")
     latest: DeploymentOut | None

@@ -12,6 +12,7 @@ PERMISSIONS: dict[str, str] = {
     "job.delete": "jobs.delete_job",
     "deployment.retry": "deployments.run_deployment",
     "deployment.cancel": "deployments.cancel_deployment",
+    "deployment.recover": "deployments.recover_deployment",
     "delivery.replay": "webhooks.replay_delivery",
     "endpoint.view": "webhooks.view_endpoint",
     "endpoint.operate": "webhooks.change_endpoint",
