@@ -15,7 +15,7 @@ from django.urls import path
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
-from jobs import attempts, limiter, owners
+from jobs import attempts, limiter, owners, task_names
 from jobs.admin_bulk import BulkAdminMixin
 from jobs.changelist import JobPaginator, QueueFilter, TaskFilter, to_the_second
 from jobs.errors import IllegalTransition, JobNotFound
@@ -220,7 +220,7 @@ class JobAdmin(BulkAdminMixin, ConveyorModelAdmin):
     )
     fields = readonly_fields = (
         "owner_link",
-        "task",
+        "task_runs",
         "queue",
         "status",
         "waiting",
@@ -293,7 +293,8 @@ class JobAdmin(BulkAdminMixin, ConveyorModelAdmin):
             and self.has_retry_permission(request),
             "can_cancel": job.status not in FINISHED and self.has_cancel_permission(request),
             "owner_notes": owner.notes if owner else {},
-            "title": f"Job {job.pk}: {job.task} [{job.get_status_display()}]",
+            "title": f"Job {job.pk}: {task_names.display_name(job.task, job.payload)} "
+            f"[{job.get_status_display()}]",
             **(extra_context or {}),
         }
         return super().change_view(request, object_id, form_url, extra)
@@ -333,7 +334,9 @@ class JobAdmin(BulkAdminMixin, ConveyorModelAdmin):
 
     @admin.display(description="task", ordering="task")
     def task_name(self, job: Job):
-        return clipped(job.task, job.task)
+        """The task, or a django.tasks job's function path (``jobs.task_names``)."""
+        name = task_names.display_name(job.task, job.payload)
+        return clipped(name, name)
 
     @admin.display(description="run time", empty_value="")
     def run_time(self, job: Job) -> str | None:
@@ -387,6 +390,13 @@ class JobAdmin(BulkAdminMixin, ConveyorModelAdmin):
     @admin.display(description="waiting because")
     def waiting(self, job: Job) -> str:
         return limiter.why_waiting(job) or "—"  # empty: it is not waiting
+
+    @admin.display(description="task")
+    def task_runs(self, job: Job) -> str:
+        name = task_names.display_name(job.task, job.payload)
+        if name == job.task:
+            return name
+        return f"{name} (a django.tasks function, run by {job.task})"
 
     @admin.display(description="tries")
     def attempts_display(self, job: Job) -> str:

@@ -7,7 +7,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404
 from ninja import Field, Query, Router, Schema, Status
 
-from jobs import owners, queues, task_states
+from jobs import owners, queues, task_names, task_states
 from jobs.attempts import history
 from jobs.models import Job, JobReason, JobStatus
 from jobs.selectors import queue_stats
@@ -174,10 +174,12 @@ def get_queue(request: HttpRequest):
 def list_jobs(request: HttpRequest, response: HttpResponse, filters: Query[JobFilters]):
     require_scope(request, TokenScope.ADMIN)
     jobs = Job.objects.all()
-    for name in ("status", "queue", "task"):
+    for name in ("status", "queue"):
         value = getattr(filters, name)
         if value:
             jobs = jobs.filter(**{name: value})
+    if filters.task:  # a task, or a django.tasks job's function path (jobs.task_names)
+        jobs = jobs.filter(task_names.filter_by_name(filters.task))
     return paginate(request, response, jobs, limit=filters.limit, before=filters.before)
 
 

@@ -35,8 +35,9 @@ from jobs import services
 from jobs.attempts import history
 from jobs.errors import Permanent
 from jobs.models import Job, JobStatus
+from jobs.task_names import DJANGO_TASK
 
-TASK_NAME = "jobs.django_task"
+TASK_NAME = DJANGO_TASK  # the Celery task that runs them (jobs.task_names)
 
 
 class NotATask(Permanent):

@@ -29,6 +29,7 @@ from django.utils.functional import cached_property
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext
 
+from jobs import task_names
 from jobs.accounting import counts, queues
 from project import times
 from project.admin_urls import url_per_pk
@@ -61,14 +62,6 @@ def request_counts(request) -> dict[tuple[str, str, str], int]:
     return request._job_counts
 
 
-def registered_job_tasks() -> set[str]:
-    """Return the names of the Celery tasks that run jobs (JobTask subclasses)."""
-    from jobs.task import JobTask
-    from project.celery import app
-
-    return {name for name, task in app.tasks.items() if isinstance(task, JobTask)}
-
-
 class QueueFilter(admin.SimpleListFilter):
     title = "queue"
     parameter_name = "queue"
@@ -80,16 +73,28 @@ class QueueFilter(admin.SimpleListFilter):
         return queryset.filter(queue=self.value()) if self.value() else queryset
 
 
+def task_names_known(request) -> set[str]:
+    """The registered job tasks and every task the accounting counts jobs of (a django.tasks
+    job is counted under its function path, ``jobs.task_names``)."""
+    return task_names.registered_job_tasks() | {task for _, task, _ in request_counts(request)}
+
+
 class TaskFilter(admin.SimpleListFilter):
+    """By task, or by a django.tasks job's function path (``jobs.task_names``)."""
+
     title = "task"
     parameter_name = "task"
 
     def lookups(self, request, model_admin):
-        names = registered_job_tasks() | {task for _, task, _ in request_counts(request)}
+        names = task_names_known(request)
+        if self.value():
+            names.add(self.value())
         return [(name, name) for name in sorted(names)]
 
     def queryset(self, request, queryset):
-        return queryset.filter(task=self.value()) if self.value() else queryset
+        if not self.value():
+            return queryset
+        return queryset.filter(task_names.filter_by_name(self.value()))
 
 
 def accounted_filters(params) -> dict[int, str] | None:
@@ -136,6 +141,8 @@ class JobPaginator(Paginator):
         super().__init__(object_list, per_page, **kwargs)
         self.request = request
         self.filters = accounted_filters(request.GET)
+        if (self.filters or {}).get(1) == task_names.DJANGO_TASK:
+            self.filters = None  # the accounting counts those jobs under their functions
 
     @cached_property
     def count(self) -> int:

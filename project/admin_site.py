@@ -1,8 +1,9 @@
 """The console's admin site: the stock Django admin with a live dashboard as its first page.
 
 The app list (the index and the sidebar) leads with a "Console" section holding the console's
-own pages (the dashboard), shown only to users who may see them, and keeps the plumbing
-(django-celery-results, the beat schedules) out of the way in one "Plumbing" section at the end.
+own pages (the dashboard and the Tasks pages), shown only to users who may see them, and keeps
+the plumbing (django-celery-results, the beat schedules) out of the way in one "Plumbing"
+section at the end.
 """
 
 from django.contrib import admin
@@ -12,7 +13,7 @@ from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 
-from project import charts, dashboard
+from project import charts, dashboard, task_runtimes
 from project.access.permissions import allowed
 from project.api_errors import error_body
 
@@ -31,6 +32,7 @@ DASHBOARD_PARTS = (
     "deployments",
     "approvals",  # deployments waiting for approval
     "maintenance",
+    "runtimes",  # the busiest and slowest tasks of the hour (project.task_runtimes)
 )
 QUEUE_FIGURES = (
     "queue",
@@ -57,6 +59,8 @@ class ConsoleAdminSite(admin.AdminSite):
                 self.admin_view(self.dashboard_data_view),
                 name="dashboard_data",
             ),
+            path("tasks/", self.admin_view(self.tasks_view), name="console_tasks"),
+            path("tasks/<path:task>/", self.admin_view(self.task_view), name="console_task"),
             *super().get_urls(),
         ]
 
@@ -100,21 +104,24 @@ class ConsoleAdminSite(admin.AdminSite):
         if not allowed(request.user, "metrics.view"):
             return []
         url = reverse("admin:dashboard", current_app=self.name)
-        page = {
-            "name": "Dashboard",
-            "object_name": "Dashboard",
-            "admin_url": url,
-            "add_url": None,
-            "view_only": True,  # the index offers "View", not "Change"
-            "perms": {"view": True},
-        }
+        pages = [
+            {
+                "name": name,
+                "object_name": name.replace(" ", ""),
+                "admin_url": reverse(view, current_app=self.name),
+                "add_url": None,
+                "view_only": True,  # the index offers "View", not "Change"
+                "perms": {"view": True},
+            }
+            for name, view in (("Dashboard", "admin:dashboard"), ("Tasks", "admin:console_tasks"))
+        ]
         return [
             {
                 "name": "Console",
                 "app_label": "console",
                 "app_url": url,
                 "has_module_perms": True,
-                "models": [page],
+                "models": pages,
             }
         ]
 
@@ -141,6 +148,47 @@ class ConsoleAdminSite(admin.AdminSite):
             headers={"Cache-Control": "no-store"},
         )
 
+    def tasks_view(self, request):
+        """Every task's executions, failures, run time and queue wait over an hour or a day."""
+        if not allowed(request.user, "metrics.view"):
+            raise PermissionDenied
+        window = task_runtimes.window_of(request.GET.get("window"))
+        queue = request.GET.get("queue") or None
+        rows, queues = task_runtimes.task_rows(window, queue=queue)
+        context = {
+            **self.each_context(request),
+            "title": "Tasks",
+            "window": window,
+            "windows": list(task_runtimes.WINDOWS),
+            "queue": queue,
+            "queues": sorted({*queues, queue} - {None}),
+            "rows": rows,
+        }
+        return TemplateResponse(request, "admin/console/tasks.html", context)
+
+    def task_view(self, request, task):
+        """One task's figures per queue and its charts: executions, run time, queue wait."""
+        if not allowed(request.user, "metrics.view"):
+            raise PermissionDenied
+        window = task_runtimes.window_of(request.GET.get("window"))
+        detail = task_runtimes.task_detail(task, window)
+        points = detail["points"]
+        label_every = 10 if window == "1h" else 3
+        timed = [("run_p50", "p50", charts.P50_COLOR), ("run_p95", "p95", charts.P95_COLOR)]
+        waited = [("wait_p50", "p50", charts.P50_COLOR), ("wait_p95", "p95", charts.P95_COLOR)]
+        bars = [{"at": p["at"], "succeeded": p["succeeded"], "failed": p["failed"]} for p in points]
+        context = {
+            **self.each_context(request),
+            "title": f"Task {task}",
+            "windows": list(task_runtimes.WINDOWS),
+            "detail": detail,
+            "window": window,
+            "executions_svg": charts.stacked_bars(bars, label_every=label_every),
+            "run_time_svg": charts.lines(points, timed, label_every=label_every),
+            "wait_time_svg": charts.lines(points, waited, label_every=label_every),
+        }
+        return TemplateResponse(request, "admin/console/task.html", context)
+
     def _dashboard_context(self, request) -> dict:
         if not allowed(request.user, "metrics.view"):
             raise PermissionDenied
@@ -158,5 +206,6 @@ class ConsoleAdminSite(admin.AdminSite):
             "chart_total_ok": sum(p["succeeded"] for p in points),
             "chart_total_failed": sum(p["failed"] for p in points),
             "ranges": list(dashboard.RANGES),
+            "runtimes": task_runtimes.panel(data["now"]),
             **data,
         }

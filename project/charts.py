@@ -77,3 +77,89 @@ def _label_place(centre: float) -> tuple[str, str]:
     if centre < EDGE:
         return ("0", "start")
     return (f"{centre:.2f}%", "middle")
+
+
+P50_COLOR, P95_COLOR = "#417690", "#e65100"
+
+
+def _axis_text(seconds: float) -> str:
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    return f"{seconds / 60:.0f} min"
+
+
+def lines(
+    points: list[dict],
+    series: list[tuple[str, str, str]],
+    *,
+    label_every: int = 10,
+    fmt: str = "%H:%M",
+) -> SafeString:
+    """Draw ``points`` (``at`` plus a number of seconds or None per key) as lines with dots,
+    laid out as ``stacked_bars`` is (the plot stretched to its box, text beside and under it).
+
+    ``series`` is ``(key, label, colour)``; a bucket whose value is None (no job ended in it)
+    breaks the line. Lines and dots keep their stroke width however the plot is stretched
+    (``vector-effect``); a dot is a zero-length round-capped stroke, so it stays round.
+    """
+    if not points:
+        return SafeString("")
+    values = [p[key] for p in points for key, _, _ in series if p[key] is not None]
+    top = max(values, default=0) or 1.0
+    slot = WIDTH / len(points)
+    drawn = []
+    for key, label, color in series:
+        runs, run, dots = [], [], []
+        for i, p in enumerate(points):
+            value = p[key]
+            if value is None:
+                if run:
+                    runs.append(run)
+                run = []
+                continue
+            x, y = (i + 0.5) * slot, PLOT_HEIGHT - (PLOT_HEIGHT - 4) * value / top
+            run.append(f"{x:.2f},{y:.2f}")
+            title = f"{p['at'].strftime(fmt)}: {label} {_axis_text(value)}"
+            dots.append((f"{x:.2f}", f"{y:.2f}", color, key, title))
+        if run:
+            runs.append(run)
+        drawn.append(
+            format_html_join(
+                "",
+                '<polyline points="{}" fill="none" stroke="{}" stroke-width="1.5" '
+                'vector-effect="non-scaling-stroke"/>',
+                ((" ".join(r), color) for r in runs if len(r) > 1),
+            )
+        )
+        drawn.append(
+            format_html_join(
+                "",
+                '<path d="M{} {}h0" stroke="{}" stroke-width="6" stroke-linecap="round" '
+                'vector-effect="non-scaling-stroke" data-point="{}"><title>{}</title></path>',
+                dots,
+            )
+        )
+    labels = format_html_join(
+        "",
+        '<text x="{}" y="12" text-anchor="{}">{}</text>',
+        (
+            (*_label_place(100 * (i + 0.5) / len(points)), p["at"].strftime(fmt))
+            for i, p in enumerate(points)
+            if i % label_every == 0
+        ),
+    )
+    return format_html(
+        '<div class="console-chart" role="img" aria-label="{aria}">'
+        '<div class="console-chart-axis"><span>{top}</span><span>0</span></div>'
+        '<svg class="console-chart-plot" viewBox="0 0 {w} {h}" preserveAspectRatio="none" '
+        'aria-hidden="true">{lines}</svg>'
+        '<svg class="console-chart-labels" aria-hidden="true">{labels}</svg></div>',
+        aria=", ".join(label for _, label, _ in series) + " over time",
+        top=_axis_text(top),
+        w=WIDTH,
+        h=PLOT_HEIGHT,
+        lines=SafeString("".join(drawn)),
+        labels=labels,
+    )

@@ -19,6 +19,9 @@ deployment fails: ``jobs.owners``' ``failed_job_ids`` hook) is rolled up with th
 Buckets are cumulative, as Prometheus histograms are: ``run_time_buckets[i]`` counts the jobs
 whose run time was at most ``RUN_TIME_BOUNDS[i]`` seconds, and the last entry counts every
 job with a run time (cancelled-before-running jobs have none). The same for wait time.
+
+Rows are per display name (``jobs.task_names``): a django.tasks job counts under its
+function path, not under ``jobs.django_task``.
 """
 
 from dataclasses import dataclass
@@ -43,6 +46,7 @@ from django.utils import timezone
 
 from jobs import owners
 from jobs.models import FINISHED, Job, JobMinuteStats, JobStatus
+from jobs.task_names import display_expression
 
 # Upper bounds in seconds (from 5 ms to an hour), the same for run and wait time.
 RUN_TIME_BOUNDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
@@ -102,7 +106,13 @@ def refresh(*, now: datetime | None = None) -> RefreshResult:
                 output_field=BooleanField(),
             ),
         )
-        .values("queue", "task", "status", "owner_failed", minute=TruncMinute("finished_at"))
+        .values(
+            "queue",
+            "status",
+            "owner_failed",
+            name=display_expression(),
+            minute=TruncMinute("finished_at"),
+        )
         .annotate(**_aggregates())
         .order_by()
     )
@@ -110,7 +120,7 @@ def refresh(*, now: datetime | None = None) -> RefreshResult:
         JobMinuteStats(
             minute=row["minute"],
             queue=row["queue"],
-            task=row["task"],
+            task=row["name"][:200],  # the column's length; a longer function path is cut
             status=OWNER_FAILED if row["owner_failed"] else row["status"],
             count=row["count"],
             run_time_buckets=[row[f"run_{i}"] for i in range(len(RUN_TIME_BOUNDS))]

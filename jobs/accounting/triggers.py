@@ -22,6 +22,9 @@ out, and each job reaching a final state into the run-time and wait-time histogr
 UPDATE trigger is a row trigger ``OF status, queue, task, superseded_at`` guarded by a
 ``WHEN`` as the count trigger is: a lease renewal or a heartbeat costs nothing.
 
+A django.tasks job is counted and tallied under its function path (``jobs.task_names``), not
+under ``jobs.django_task``: the triggers read its payload's ``path`` (which never changes).
+
 ``install()`` also rebuilds the counts from the table, in the same transaction as the
 triggers (which lock ``jobs_job`` against writers until it commits), so the figures are exact
 from the first moment. A SQLite table rebuild (an ``AlterField`` remakes the table) drops
@@ -32,14 +35,41 @@ from django.db import connection as default_connection
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from jobs.accounting.tallies import BOUNDS, DEAD_LETTERS, RUN_TIME, WAIT_TIME
+from jobs.task_names import DJANGO_TASK
 
 COUNT_TRIGGERS = ("conveyor_job_count_ins", "conveyor_job_count_upd", "conveyor_job_count_del")
 TALLY_TRIGGERS = ("conveyor_job_tally_ins", "conveyor_job_tally_upd", "conveyor_job_tally_del")
 TRIGGER_NAMES = COUNT_TRIGGERS + TALLY_TRIGGERS
 
+
+def _task_of(row: str, vendor: str) -> str:
+    """SQL for the task a row of ``jobs_job`` is counted under: a django.tasks job's function
+    path (its payload's ``path``, as ``jobs.task_names.display_name`` says), else its task."""
+    if vendor == "postgresql":
+        path = f"({row}.payload ->> 'path')"
+    else:
+        path = f"json_extract({row}.payload, '$.path')"
+    # CASE evaluates its THEN only for a django.tasks row: no other row's payload is read.
+    return (
+        f"CASE WHEN {row}.task = '{DJANGO_TASK}' "
+        f"THEN coalesce(substr({path}, 1, 200), {row}.task) ELSE {row}.task END"
+    )
+
+
+# The task column of the row before and after a change, in trigger bodies.
+_PG_OLD, _PG_NEW = _task_of("OLD", "postgresql"), _task_of("NEW", "postgresql")
+_LITE_OLD, _LITE_NEW = _task_of("OLD", "sqlite"), _task_of("NEW", "sqlite")
+
 _NET_OF = {
-    "INSERT": ("NEW TABLE AS new_rows", "SELECT queue, task, status, 1 AS n FROM new_rows"),
-    "DELETE": ("OLD TABLE AS old_rows", "SELECT queue, task, status, -1 AS n FROM old_rows"),
+    "INSERT": (
+        "NEW TABLE AS new_rows",
+        f"SELECT queue, {_task_of('new_rows', 'postgresql')} AS task, status, 1 AS n FROM new_rows",
+    ),
+    "DELETE": (
+        "OLD TABLE AS old_rows",
+        f"SELECT queue, {_task_of('old_rows', 'postgresql')} AS task, status, -1 AS n "
+        "FROM old_rows",
+    ),
 }
 _CHANGED = (
     "OLD.status IS DISTINCT FROM NEW.status OR OLD.queue IS DISTINCT FROM NEW.queue "
@@ -74,7 +104,8 @@ def _postgresql_install() -> list[str]:
         CREATE OR REPLACE FUNCTION {name}() RETURNS trigger LANGUAGE plpgsql AS $$
         BEGIN
             INSERT INTO jobs_jobcountdelta (queue, task, status, n)
-            VALUES (OLD.queue, OLD.task, OLD.status, -1), (NEW.queue, NEW.task, NEW.status, 1);
+            VALUES (OLD.queue, {_PG_OLD}, OLD.status, -1),
+                   (NEW.queue, {_PG_NEW}, NEW.status, 1);
             RETURN NULL;
         END $$
         """,
@@ -115,9 +146,10 @@ def _postgresql_tally_install() -> list[str]:
             CREATE OR REPLACE FUNCTION {name}() RETURNS trigger LANGUAGE plpgsql AS $$
             BEGIN
                 {_INSERT_TALLY}
-                SELECT '{DEAD_LETTERS}', queue, task, -1, {sign}count(*), 0 FROM {source}
-                WHERE status = 'dead' AND superseded_at IS NULL
-                GROUP BY queue, task ORDER BY queue, task;
+                SELECT '{DEAD_LETTERS}', queue, task, -1, {sign}count(*), 0 FROM (
+                    SELECT queue, {_task_of(source, "postgresql")} AS task FROM {source}
+                    WHERE status = 'dead' AND superseded_at IS NULL
+                ) AS dead GROUP BY queue, task ORDER BY queue, task;
                 RETURN NULL;
             END $$
             """,
@@ -138,18 +170,18 @@ def _postgresql_tally_install() -> list[str]:
             wait double precision;
         BEGIN
             IF OLD.status = 'dead' AND OLD.superseded_at IS NULL THEN
-                {_INSERT_TALLY} VALUES ('{DEAD_LETTERS}', OLD.queue, OLD.task, -1, -1, 0);
+                {_INSERT_TALLY} VALUES ('{DEAD_LETTERS}', OLD.queue, {_PG_OLD}, -1, -1, 0);
             END IF;
             IF NEW.status = 'dead' AND NEW.superseded_at IS NULL THEN
-                {_INSERT_TALLY} VALUES ('{DEAD_LETTERS}', NEW.queue, NEW.task, -1, 1, 0);
+                {_INSERT_TALLY} VALUES ('{DEAD_LETTERS}', NEW.queue, {_PG_NEW}, -1, 1, 0);
             END IF;
             IF NEW.status IN {_FINAL} AND OLD.status NOT IN {_FINAL}
                     AND NEW.started_at IS NOT NULL AND NEW.finished_at IS NOT NULL THEN
                 run := greatest({run}, 0);
                 wait := greatest({wait}, 0);
                 {_INSERT_TALLY} VALUES
-                    ('{RUN_TIME}', NEW.queue, NEW.task, {_bucket_of("run")}, 1, run),
-                    ('{WAIT_TIME}', NEW.queue, NEW.task, {_bucket_of("wait")}, 1, wait);
+                    ('{RUN_TIME}', NEW.queue, {_PG_NEW}, {_bucket_of("run")}, 1, run),
+                    ('{WAIT_TIME}', NEW.queue, {_PG_NEW}, {_bucket_of("wait")}, 1, wait);
             END IF;
             RETURN NULL;
         END $$
@@ -185,7 +217,7 @@ _SQLITE_TALLY_INSTALL = [
     f"""
     CREATE TRIGGER IF NOT EXISTS conveyor_job_tally_ins AFTER INSERT ON jobs_job
     WHEN {_SQLITE_DEAD_LETTER.format(row="NEW")} BEGIN
-        {_INSERT_TALLY} VALUES ('{DEAD_LETTERS}', NEW.queue, NEW.task, -1, 1, 0);
+        {_INSERT_TALLY} VALUES ('{DEAD_LETTERS}', NEW.queue, {_LITE_NEW}, -1, 1, 0);
     END
     """,
     f"""
@@ -194,17 +226,17 @@ _SQLITE_TALLY_INSTALL = [
     WHEN OLD.status IS NOT NEW.status OR OLD.queue IS NOT NEW.queue OR OLD.task IS NOT NEW.task
         OR OLD.superseded_at IS NOT NEW.superseded_at
     BEGIN
-        {_INSERT_TALLY} SELECT '{DEAD_LETTERS}', OLD.queue, OLD.task, -1, -1, 0
+        {_INSERT_TALLY} SELECT '{DEAD_LETTERS}', OLD.queue, {_LITE_OLD}, -1, -1, 0
         WHERE {_SQLITE_DEAD_LETTER.format(row="OLD")};
-        {_INSERT_TALLY} SELECT '{DEAD_LETTERS}', NEW.queue, NEW.task, -1, 1, 0
+        {_INSERT_TALLY} SELECT '{DEAD_LETTERS}', NEW.queue, {_LITE_NEW}, -1, 1, 0
         WHERE {_SQLITE_DEAD_LETTER.format(row="NEW")};
         {_INSERT_TALLY}
-        SELECT '{RUN_TIME}', NEW.queue, NEW.task, {_bucket_of("us", scale=MICROS)}, 1, us / 1e6
+        SELECT '{RUN_TIME}', NEW.queue, {_LITE_NEW}, {_bucket_of("us", scale=MICROS)}, 1, us / 1e6
         FROM (SELECT {_sqlite_micros("NEW.finished_at", "NEW.started_at")} AS us)
         WHERE NEW.status IN {_FINAL} AND OLD.status NOT IN {_FINAL}
             AND NEW.started_at IS NOT NULL AND NEW.finished_at IS NOT NULL;
         {_INSERT_TALLY}
-        SELECT '{WAIT_TIME}', NEW.queue, NEW.task, {_bucket_of("us", scale=MICROS)}, 1, us / 1e6
+        SELECT '{WAIT_TIME}', NEW.queue, {_LITE_NEW}, {_bucket_of("us", scale=MICROS)}, 1, us / 1e6
         FROM (SELECT {_sqlite_micros("NEW.started_at", "NEW.run_after")} AS us)
         WHERE NEW.status IN {_FINAL} AND OLD.status NOT IN {_FINAL}
             AND NEW.started_at IS NOT NULL AND NEW.finished_at IS NOT NULL;
@@ -213,7 +245,7 @@ _SQLITE_TALLY_INSTALL = [
     f"""
     CREATE TRIGGER IF NOT EXISTS conveyor_job_tally_del AFTER DELETE ON jobs_job
     WHEN {_SQLITE_DEAD_LETTER.format(row="OLD")} BEGIN
-        {_INSERT_TALLY} VALUES ('{DEAD_LETTERS}', OLD.queue, OLD.task, -1, -1, 0);
+        {_INSERT_TALLY} VALUES ('{DEAD_LETTERS}', OLD.queue, {_LITE_OLD}, -1, -1, 0);
     END
     """,
 ]
@@ -233,7 +265,7 @@ _INSERT_DELTA = "INSERT INTO jobs_jobcountdelta (queue, task, status, n) VALUES"
 _SQLITE_INSTALL = [
     f"""
     CREATE TRIGGER IF NOT EXISTS conveyor_job_count_ins AFTER INSERT ON jobs_job BEGIN
-        {_INSERT_DELTA} (NEW.queue, NEW.task, NEW.status, 1);
+        {_INSERT_DELTA} (NEW.queue, {_LITE_NEW}, NEW.status, 1);
     END
     """,
     f"""
@@ -241,33 +273,40 @@ _SQLITE_INSTALL = [
     AFTER UPDATE OF status, queue, task ON jobs_job
     WHEN OLD.status IS NOT NEW.status OR OLD.queue IS NOT NEW.queue OR OLD.task IS NOT NEW.task
     BEGIN
-        {_INSERT_DELTA} (OLD.queue, OLD.task, OLD.status, -1), (NEW.queue, NEW.task, NEW.status, 1);
+        {_INSERT_DELTA} (OLD.queue, {_LITE_OLD}, OLD.status, -1),
+            (NEW.queue, {_LITE_NEW}, NEW.status, 1);
     END
     """,
     f"""
     CREATE TRIGGER IF NOT EXISTS conveyor_job_count_del AFTER DELETE ON jobs_job BEGIN
-        {_INSERT_DELTA} (OLD.queue, OLD.task, OLD.status, -1);
+        {_INSERT_DELTA} (OLD.queue, {_LITE_OLD}, OLD.status, -1);
     END
     """,
 ]
 _SQLITE_UNINSTALL = [f"DROP TRIGGER IF EXISTS {name}" for name in TRIGGER_NAMES]
 
+
 # Start the counts and the dead letters again from the table (the dead letters from their
 # partial index): run with the triggers in place, in their transaction. The histograms are
 # counters of the job ends seen since the first install: a rebuild keeps them.
-_REBUILD_COUNTS = [
-    "DELETE FROM jobs_jobcountdelta",
-    "DELETE FROM jobs_jobcount",
-    "INSERT INTO jobs_jobcount (queue, task, status, n) "
-    "SELECT queue, task, status, count(*) FROM jobs_job GROUP BY queue, task, status",
-]
-_REBUILD_TALLIES = [
-    f"DELETE FROM jobs_jobtallydelta WHERE series = '{DEAD_LETTERS}'",
-    f"DELETE FROM jobs_jobtally WHERE series = '{DEAD_LETTERS}'",
-    "INSERT INTO jobs_jobtally (series, queue, task, bucket, n, total) "
-    f"SELECT '{DEAD_LETTERS}', queue, task, -1, count(*), 0 FROM jobs_job "
-    "WHERE status = 'dead' AND superseded_at IS NULL GROUP BY queue, task",
-]
+def _rebuild_counts(vendor: str) -> list[str]:
+    return [
+        "DELETE FROM jobs_jobcountdelta",
+        "DELETE FROM jobs_jobcount",
+        "INSERT INTO jobs_jobcount (queue, task, status, n) "
+        f"SELECT queue, {_task_of('jobs_job', vendor)}, status, count(*) FROM jobs_job "
+        "GROUP BY 1, 2, 3",
+    ]
+
+
+def _rebuild_tallies(vendor: str) -> list[str]:
+    return [
+        f"DELETE FROM jobs_jobtallydelta WHERE series = '{DEAD_LETTERS}'",
+        f"DELETE FROM jobs_jobtally WHERE series = '{DEAD_LETTERS}'",
+        "INSERT INTO jobs_jobtally (series, queue, task, bucket, n, total) "
+        f"SELECT '{DEAD_LETTERS}', queue, {_task_of('jobs_job', vendor)}, -1, count(*), 0 "
+        "FROM jobs_job WHERE status = 'dead' AND superseded_at IS NULL GROUP BY 2, 3",
+    ]
 
 
 def install(connection: BaseDatabaseWrapper = default_connection) -> None:
@@ -281,7 +320,10 @@ def install(connection: BaseDatabaseWrapper = default_connection) -> None:
         statements = _postgresql_install() + (_postgresql_tally_install() if tallied else [])
     else:
         statements = _SQLITE_INSTALL + (_SQLITE_TALLY_INSTALL if tallied else [])
-    _execute(connection, statements + _REBUILD_COUNTS + (_REBUILD_TALLIES if tallied else []))
+    rebuild = _rebuild_counts(connection.vendor)
+    if tallied:
+        rebuild += _rebuild_tallies(connection.vendor)
+    _execute(connection, statements + rebuild)
 
 
 def _has_tallies(connection: BaseDatabaseWrapper) -> bool:

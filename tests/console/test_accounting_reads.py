@@ -130,9 +130,11 @@ def test_the_dashboard_refresh_is_json_that_agrees_with_the_table(admin_user, jo
         "dashboard-deployments",
         "dashboard-approvals",
         "dashboard-maintenance",
+        "dashboard-runtimes",
     }
     assert 'data-stat="queued"' in body["parts"]["dashboard-queues"]
     assert "5 succeeded, 3 failed" in body["parts"]["dashboard-chart"]
+    assert 'data-task="tests.record"' in body["parts"]["dashboard-runtimes"]
     assert job_table_scans(queries) == []
 
 

@@ -11,23 +11,27 @@ from collections.abc import Callable
 from datetime import timedelta
 
 from django.db import connection, transaction
+from django.db.models import Count
 from django.utils import timezone
 
 from jobs import services
 from jobs.accounting import counts
 from jobs.maintenance.reaper import reap
 from jobs.models import FINISHED, Job, JobStatus
+from jobs.task_names import display_expression
 
 IDLE = "nobody"
 
 
 def table_counts() -> dict[tuple[str, str, str], int]:
-    """Count jobs by queue, task and status the slow way: GROUP BY over jobs_job."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT queue, task, status, count(*) FROM jobs_job GROUP BY queue, task, status"
-        )
-        return {(q, t, s): n for q, t, s, n in cursor.fetchall()}
+    """Count jobs by queue, task and status the slow way: GROUP BY over jobs_job (a
+    django.tasks job under its function path, as the accounting counts it)."""
+    rows = (
+        Job.objects.values("queue", "status", name=display_expression())
+        .annotate(n=Count("pk"))
+        .order_by()
+    )
+    return {(row["queue"], row["name"], row["status"]): row["n"] for row in rows}
 
 
 def snapshot() -> tuple[dict, dict]:
