@@ -10,6 +10,11 @@ running in it; untracked files (build caches) are kept.
 
 A project without a repo runs in its ``workdir`` (default ``<slug>/workdir``).
 
+The clone's own ``origin`` (as its config on disk says) is checked against the project's
+``repo`` before every fetch and re-pointed when it differs, whatever the Workspace row says:
+a clone older than a change of repository (another host updated the row, a restored or
+reset database) must never fetch, and deploy, the old repository's code.
+
 Nothing under a workspace holds a repository password: the clone's ``origin`` is the URL
 without credentials, which git gets at fetch time (deployments/git.py); a clone made before
 that has its ``origin`` rewritten on its next fetch. The workspaces directory is 0700.
@@ -20,6 +25,7 @@ of one host; workspaces are per host, each worker host clones its own.
 
 import contextlib
 import fcntl
+import logging
 import shutil
 import time
 from collections.abc import Callable, Iterator
@@ -34,6 +40,8 @@ from deployments.git import GitError, git, remote_url, resolve, url_credentials
 from deployments.models import ACTIVE, Deployment, FailureReason, Project, Workspace, Worktree
 from project.redaction import redact_url
 from project.secretfiles import private_dir
+
+logger = logging.getLogger("deployments.workspaces")
 
 WORKDIR_ERROR = FailureReason.WORKDIR_ERROR
 
@@ -146,7 +154,15 @@ def _workspace(project: Project, keep_alive) -> Workspace:
 
 
 def fetch(workspace: Workspace, keep_alive: Callable[[], None] | None = None) -> None:
-    """Bring the workspace's branches and tags up to date with its remote."""
+    """Bring the workspace's branches and tags up to date with its project's repository.
+
+    The project's ``repo`` is read afresh (the row's copy may be stale) and the clone's
+    ``origin`` on disk re-pointed to it first.
+    """
+    repo = Project.objects.filter(pk=workspace.project_id).values_list("repo", flat=True).first()
+    if repo and repo != workspace.repo:
+        workspace.repo = repo
+        Workspace.objects.filter(pk=workspace.pk).update(repo=repo)
     _set_origin(workspace)
     git(
         "fetch", "--quiet", "--prune", "--force", "--tags", "origin",
@@ -171,6 +187,15 @@ def _set_origin(workspace: Workspace) -> None:
     except GitError:
         current = None
     if current != wanted:
+        if current is not None:
+            logger.warning(
+                "workspace.origin_repointed",
+                extra={
+                    "path": workspace.path,
+                    "was": redact_url(current),
+                    "now": redact_url(workspace.repo),
+                },
+            )
         git("remote", "set-url", "origin", wanted, cwd=workspace.path)
 
 
