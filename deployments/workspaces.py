@@ -1,10 +1,11 @@
 """Workspaces and worktrees: where a deployment's steps run, and at which commit.
 
-A project with a ``repo`` keeps one bare clone (its Workspace) under
-``CONVEYOR_WORKSPACES_DIR/<slug>/repo.git``. A deployment fetches it, resolves its ref to a
-commit (a retry reuses the commit of the deployment it retries) and runs in the git worktree
-of that commit, ``<slug>/worktrees/<sha>``, created once and reused by every deployment of
-the same commit. Acquire and release stamp ``last_used_at`` and clear ``prune_warning_at``.
+A project with a ``repo`` keeps one bare clone per deployer host (its Workspace row for
+``CONVEYOR_DEPLOYER_HOST``) under that host's ``CONVEYOR_WORKSPACES_DIR/<slug>/repo.git``.
+A deployment fetches it, resolves its ref to a commit (a retry reuses the commit of the
+deployment it retries) and runs in the git worktree of that commit,
+``<slug>/worktrees/<sha>``, created once and reused by every deployment of the same commit
+on that host. Acquire and release stamp ``last_used_at`` and clear ``prune_warning_at``.
 Tracked files of a reused worktree are reset to the commit unless another deployment is
 running in it; untracked files (build caches) are kept.
 
@@ -20,7 +21,8 @@ without credentials, which git gets at fetch time (deployments/git.py); a clone 
 that has its ``origin`` rewritten on its next fetch. The workspaces directory is 0700.
 
 Git work on one project is serialized by a file lock (``<slug>/.lock``) among the workers
-of one host; workspaces are per host, each worker host clones its own.
+of one host; workspaces are per host, each deployer host clones its own and has rows of its
+own, so its fetch and prune (deployments.maintenance) see exactly what is on its disk.
 """
 
 import contextlib
@@ -116,7 +118,9 @@ def acquire(deployment: Deployment, *, keep_alive: Callable[[], None]) -> Checko
             worktree = _worktree(workspace, sha, deployment, keep_alive)
             _record_commit_time(workspace, sha, deployment)
     except GitError as exc:
-        Workspace.objects.filter(project=project).update(last_fetch_error=str(exc)[:2000])
+        Workspace.objects.filter(project=project, host=conf.get().deployer_host).update(
+            last_fetch_error=str(exc)[:2000]
+        )
         raise CheckoutError(str(exc)) from exc
     except OSError as exc:  # the workspaces directory itself (permissions, full disk)
         raise CheckoutError(f"workspace: {exc}", reason=WORKDIR_ERROR) from exc
@@ -134,7 +138,9 @@ def release(worktree: Worktree | None) -> None:
 def _workspace(project: Project, keep_alive) -> Workspace:
     repo_path = project_root(project) / "repo.git"
     workspace, _ = Workspace.objects.get_or_create(
-        project=project, defaults={"path": str(repo_path), "repo": project.repo}
+        project=project,
+        host=conf.get().deployer_host,
+        defaults={"path": str(repo_path), "repo": project.repo},
     )
     if not (repo_path / "HEAD").exists():
         if repo_path.exists():
@@ -149,6 +155,7 @@ def _workspace(project: Project, keep_alive) -> Workspace:
         workspace.path, workspace.repo = str(repo_path), project.repo
         _set_origin(workspace)  # a changed repo, or an older clone whose config kept a password
     workspace.path, workspace.repo, workspace.last_fetch_error = str(repo_path), project.repo, ""
+    workspace.gone_at = None  # its host is here, using it
     workspace.save()
     return workspace
 

@@ -4,7 +4,7 @@ import subprocess
 
 import pytest
 
-from deployments import workspaces
+from deployments import conf, workspaces
 from deployments.maintenance.fetch import fetch_workspaces
 from deployments.models import Workspace
 from deployments.services import deployment_create
@@ -30,7 +30,9 @@ def _stale_clone(project, old_repo, *, row_repo: str) -> Workspace:
     path = workspaces.project_root(project) / "repo.git"
     path.parent.mkdir(parents=True, exist_ok=True)
     subprocess.run(["git", "clone", "--bare", "--quiet", str(old_repo), str(path)], check=True)
-    return Workspace.objects.create(project=project, path=str(path), repo=row_repo)
+    return Workspace.objects.create(
+        project=project, host=conf.get().deployer_host, path=str(path), repo=row_repo
+    )
 
 
 def test_a_clone_whose_origin_is_an_old_repository_deploys_the_new_ones_commit(

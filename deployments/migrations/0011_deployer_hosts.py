@@ -1,0 +1,78 @@
+"""Workspaces per (project, host), and Deployer rows.
+
+Existing workspace rows are kept and given the host of the process that migrates
+(``CONVEYOR_DEPLOYER_HOST``): before this, each project had one row, for whichever host
+cloned first. Run the migration where that host's settings apply, or re-point the rows in
+the admin afterwards.
+"""
+
+from django.conf import settings
+from django.db import migrations, models
+
+
+def assign_host(apps, schema_editor):
+    Workspace = apps.get_model("deployments", "Workspace")
+    Workspace.objects.filter(host="").update(host=settings.CONVEYOR_DEPLOYER_HOST)
+
+
+class Migration(migrations.Migration):
+    dependencies = [("deployments", "0010_deploy_locks")]
+
+    operations = [
+        migrations.AddField(
+            model_name="workspace",
+            name="host",
+            field=models.CharField(
+                default="", help_text="the deployer host holding this clone", max_length=100
+            ),
+            preserve_default=False,
+        ),
+        migrations.RunPython(assign_host, migrations.RunPython.noop),
+        migrations.AddField(
+            model_name="workspace",
+            name="gone_at",
+            field=models.DateTimeField(
+                blank=True, help_text="when its host was marked gone", null=True
+            ),
+        ),
+        migrations.AlterField(
+            model_name="workspace",
+            name="project",
+            field=models.ForeignKey(
+                on_delete=models.deletion.CASCADE,
+                related_name="workspaces",
+                to="deployments.project",
+            ),
+        ),
+        migrations.AddConstraint(
+            model_name="workspace",
+            constraint=models.UniqueConstraint(
+                fields=("project", "host"), name="workspace_project_host_unique"
+            ),
+        ),
+        migrations.AddIndex(
+            model_name="workspace",
+            index=models.Index(fields=["host"], name="workspace_host_idx"),
+        ),
+        migrations.CreateModel(
+            name="Deployer",
+            fields=[
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("host", models.CharField(max_length=100, unique=True)),
+                ("tags", models.JSONField(blank=True, default=list)),
+                ("workspaces_dir", models.CharField(blank=True, default="", max_length=500)),
+                ("free_disk_bytes", models.BigIntegerField(blank=True, null=True)),
+                ("started_at", models.DateTimeField()),
+                ("last_seen_at", models.DateTimeField()),
+                ("gone_at", models.DateTimeField(blank=True, null=True)),
+            ],
+            options={
+                "indexes": [models.Index(fields=["last_seen_at"], name="deployer_seen_idx")],
+            },
+        ),
+    ]
