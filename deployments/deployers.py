@@ -1,6 +1,7 @@
 """Deployer hosts: which hosts run deployments, with which tags, and which of them are gone.
 
-A deployer is a worker consuming the ``deployments`` queue. Its host identity is
+A deployer is a worker consuming the ``deployments`` queue (or only its host's queue, named
+with ``-Q``, for a host that takes pinned work alone). Its host identity is
 ``CONVEYOR_DEPLOYER_HOST`` (default the machine's host name) and its tags
 ``CONVEYOR_DEPLOYER_TAGS``. When such a worker starts it also consumes its host's own queue,
 ``deployments.host.<host>`` (``celeryd_after_setup``), where the jobs meant for that host
@@ -107,7 +108,8 @@ def mark_gone(*, now: datetime | None = None) -> int:
 
 
 def _on_beat(info: dict) -> None:
-    if DEPLOYMENTS_QUEUE not in info["queues"]:
+    consumed = set(info["queues"])
+    if not consumed & {DEPLOYMENTS_QUEUE, host_queue(conf.get().deployer_host)}:
         return  # not a deployer
     deployer_beat()
     mark_gone()
