@@ -55,7 +55,14 @@ class PipelineInline(admin.TabularInline):
 
 @admin.register(Project)
 class ProjectAdmin(ConveyorModelAdmin):
-    list_display = ("slug", "name", "repository", "concurrency_policy", "default_environment")
+    list_display = (
+        "slug",
+        "name",
+        "repository",
+        "concurrency_policy",
+        "default_environment",
+        "runs_on",
+    )
     search_fields = ("slug", "name")  # never the repo URL: it may carry a password
     list_filter = ("concurrency_policy",)
     # Secret values are never shown; set them with apply_projects (from_env).

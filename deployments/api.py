@@ -64,6 +64,12 @@ class DeploymentOut(Schema):
         None, description="the person behind it (a console user or the token's user)"
     )
     duration_seconds: float | None = None
+    waiting_for: str | None = Field(
+        None,
+        description="what a pending deployment waits for before it can run, e.g. a live "
+        "deployer host with its project's runs_on tags",
+    )
+    waiting_since: datetime | None = None
 
 
 class LogsOut(Schema):

@@ -37,6 +37,7 @@ class DeploymentSettings:
     deployer_host: str
     deployer_tags: tuple[str, ...]
     deployer_gone_after: timedelta
+    runs_on_wait: timedelta
 
 
 def get() -> DeploymentSettings:
@@ -54,6 +55,7 @@ def get() -> DeploymentSettings:
         deployer_host=settings.CONVEYOR_DEPLOYER_HOST,
         deployer_tags=parse_tags(settings.CONVEYOR_DEPLOYER_TAGS),
         deployer_gone_after=settings.CONVEYOR_DEPLOYER_GONE_AFTER,
+        runs_on_wait=settings.CONVEYOR_RUNS_ON_WAIT,
     )
 
 

@@ -88,7 +88,12 @@ def deployer_beat(*, now: datetime | None = None) -> Deployer:
 
 
 def mark_gone(*, now: datetime | None = None) -> int:
-    """Mark gone every deployer not seen for the gone-after time, and its workspaces."""
+    """Mark gone every deployer not seen for the gone-after time, and its workspaces.
+
+    Deployments routed to a gone host's queue go back to ``deployments`` to be decided again.
+    """
+    from deployments import routing
+
     now = now or timezone.now()
     cutoff = now - conf.get().deployer_gone_after
     count = 0
@@ -102,7 +107,8 @@ def mark_gone(*, now: datetime | None = None) -> int:
             ).update(gone_at=now)
             if marked:
                 Workspace.objects.filter(host=host, gone_at__isnull=True).update(gone_at=now)
-                logger.warning("deployer.gone", extra={"host": host})
+                returned = routing.return_from_gone([host])
+                logger.warning("deployer.gone", extra={"host": host, "jobs_returned": returned})
                 count += 1
     return count
 

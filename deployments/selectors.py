@@ -56,6 +56,8 @@ def deployment_as_dict(deployment: Deployment) -> dict:
         "cancel_requested_at": deployment.cancel_requested_at,
         "steps": deployment.steps,
         "duration_seconds": deployment_duration(deployment),
+        "waiting_for": deployment.waiting_for or None,
+        "waiting_since": deployment.waiting_since,
     }
 
 

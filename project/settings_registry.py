@@ -165,6 +165,12 @@ SETTINGS: tuple[Setting, ...] = (
         "2m",
         "a deployer host not seen this long is marked gone, with its workspaces",
     ),
+    _s(
+        "CONVEYOR_RUNS_ON_WAIT",
+        "duration",
+        "10m",
+        "how long a deployment waits for a live deployer with its runs_on tags (then no_deployer)",
+    ),
     _s("CONVEYOR_STOP_GRACE", "duration", "10s", "SIGTERM to SIGKILL when a step is stopped"),
     _s("CONVEYOR_DEPLOYMENT_TIMEOUT", "duration", "1h", "a project's timeout when it sets none"),
     _s("CONVEYOR_DEPLOYMENT_WAIT", "duration", "5s", "how long a waiting deployment sleeps"),

@@ -92,6 +92,11 @@ class Project(models.Model):
         default=False,
         help_text="accept deployments only to the environments declared for this project",
     )
+    runs_on = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="tags a deployer host must all have to run this project's deployments",
+    )
     api_tokens = models.ManyToManyField(
         "jobs.ApiToken",
         blank=True,

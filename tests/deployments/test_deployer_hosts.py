@@ -12,14 +12,19 @@ from django.utils import timezone
 
 from deployments.git import resolve
 from deployments.maintenance.hosts import fan_out
-from deployments.models import Deployer, Workspace, Worktree
+from deployments.models import Deployer, FailureReason, Workspace, Worktree
+from deployments.selectors import deployment_as_dict
 from deployments.services import deployment_create
 from deployments.tasks import FETCH_HOST, PRUNE_HOST
 from jobs.models import MaintenanceRun
 from tests.deployments.conftest import commit, log_text, wait_for
 from tests.processes import wait_until
 
-FAST = {"CONVEYOR_WORKER_HEARTBEAT": "1s", "CONVEYOR_DEPLOYER_GONE_AFTER": "3s"}
+FAST = {
+    "CONVEYOR_WORKER_HEARTBEAT": "1s",
+    "CONVEYOR_DEPLOYER_GONE_AFTER": "3s",
+    "CONVEYOR_RUNS_ON_WAIT": "4s",
+}
 
 
 @pytest.fixture
@@ -111,3 +116,34 @@ def test_two_hosts_keep_their_own_workspaces_rounds_and_are_marked_gone(
     assert Workspace.objects.get(host="alpha").gone_at is None
     assert Deployer.objects.get(host="alpha").gone_at is None
     assert fan_out(FETCH_HOST).hosts == 1  # rounds go to live hosts only
+
+
+def test_runs_on_routes_to_the_tagged_host_only_and_an_unmatched_one_fails_after_its_wait(
+    hosts, make_project, git_repo, admin_client
+):
+    gpu = make_project("gpu", repo=str(git_repo), runs_on=["gpu"])
+    done = []
+    for environment in ("staging", "qa", "production", "demo"):
+        deployment = deployment_create(project=gpu, ref="main", environment=environment)
+        done.append(wait_for(deployment, "success", "failed"))
+    assert [d.status for d in done] == ["success"] * 4, [log_text(d) for d in done]
+    assert {d.worker.split("@")[0] for d in done} == {"beta"}  # only beta has the gpu tag
+    assert list(Workspace.objects.filter(project=gpu).values_list("host", flat=True)) == ["beta"]
+    assert all(deployment_as_dict(d)["waiting_for"] is None for d in done)
+
+    # No live host has "arm": the deployment says what it waits for, then fails with why.
+    arm = make_project("arm", runs_on=["arm", "linux"])
+    deployment = deployment_create(project=arm, ref="main")
+    waiting = wait_until(
+        lambda: deployment_as_dict(type(deployment).objects.get(pk=deployment.pk))["waiting_for"],
+        timeout=30,
+        message="the deployment to say what it waits for",
+    )
+    assert "arm, linux" in waiting
+    page = admin_client.get(f"/admin/deployments/deployment/{deployment.pk}/change/").text
+    assert 'id="waiting-for"' in page and "arm, linux" in page
+    failed = wait_for(deployment, "failed", "success", timeout=30)
+    assert failed.failure_reason == FailureReason.NO_DEPLOYER
+    assert "arm, linux" in failed.error and failed.started_at is None
+    assert deployment_as_dict(failed)["failure_reason"] == "no_deployer"
+    assert (failed.finished_at - failed.waiting_since).total_seconds() >= 4
