@@ -49,7 +49,8 @@ class Routing:
 
 
 def wanted_tags(deployment: Deployment) -> list[str]:
-    return sorted({str(tag).lower() for tag in deployment.project.runs_on or []})
+    raw = deployment.project.runs_on or []
+    return sorted({str(tag).lower() for tag in ([raw] if isinstance(raw, str) else raw)})
 
 
 def decide(deployment: Deployment, *, now=None) -> Routing:

@@ -41,6 +41,7 @@ from pathlib import Path
 import yaml
 
 from deployments.models import ConcurrencyPolicy
+from deployments.models.projects import TAG_PATTERN
 from deployments.projects_as_code.environments import EnvironmentSpec, parse_environments
 from deployments.runner.masking import MIN_SECRET_LENGTH
 from deployments.validation import NAME, clean_environment, matches
@@ -54,7 +55,7 @@ PROJECT_KEYS = {
     "concurrency", "deployment_timeout", "stop_grace", "env", "secrets", "pipelines",
     "environments", "strict_environments", "runs_on",
 }  # fmt: skip
-TAG = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
+TAG = TAG_PATTERN
 PIPELINE_KEYS = {"name", "description", "steps"}
 STEP_KEYS = {"name", "command", "timeout", "env", "continue_on_error"}
 MAX_STEPS = 100

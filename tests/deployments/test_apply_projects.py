@@ -205,3 +205,14 @@ def test_runs_on_is_applied_as_lower_case_tags_and_a_bad_one_is_rejected(db, tmp
         with pytest.raises(CommandError) as raised:
             apply_file(tmp_path, document)
         assert f"projects[ml].runs_on: {expected}" in str(raised.value)
+
+
+def test_the_model_refuses_a_runs_on_that_is_not_a_list_of_tags(db):
+    from django.core.exceptions import ValidationError
+
+    project = Project(slug="ml", name="ML", runs_on=["gpu", "linux"])
+    project.full_clean()
+    for bad in ("gpu", ["GPU"], [1], ["a b"]):
+        project.runs_on = bad
+        with pytest.raises(ValidationError):
+            project.full_clean()
