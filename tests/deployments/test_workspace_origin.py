@@ -65,3 +65,19 @@ def test_the_fetch_runner_fetches_the_projects_repository_not_the_rows(
     assert run_git(workspace.path, "rev-parse", "refs/heads/main") == new_sha
     workspace.refresh_from_db()
     assert workspace.repo == str(git_repo)
+
+
+def test_re_pointing_logs_the_change_without_the_password(
+    make_project, old_repo, settings, tmp_path, caplog
+):
+    settings.CONVEYOR_WORKSPACES_DIR = tmp_path / "workspaces"
+    new = "https://deploy:s3cret-token@git.example.com/new.git"
+    project = make_project(repo=new)
+    workspace = _stale_clone(project, old_repo, row_repo=new)
+    with caplog.at_level("WARNING", logger="deployments.workspaces"):
+        workspaces._set_origin(workspace)
+    origin = run_git(workspace.path, "remote", "get-url", "origin")
+    assert origin == "https://git.example.com/new.git"  # no credentials on disk
+    [record] = [r for r in caplog.records if r.getMessage() == "workspace.origin_repointed"]
+    assert record.was == str(old_repo) and "git.example.com/new.git" in record.now
+    assert "s3cret" not in record.now and "s3cret" not in caplog.text
