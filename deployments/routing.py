@@ -25,7 +25,7 @@ from django.utils import timezone
 
 from deployments import conf, deployers
 from deployments.events import log_deployment
-from deployments.models import Deployment
+from deployments.models import Deployment, DeploymentEvent
 from jobs.models import PENDING, Job, JobStatus
 from jobs.publish import publish_on_commit
 
@@ -83,13 +83,19 @@ def move_job(job: Job, host: str) -> None:
 
 
 def note_waiting(deployment: Deployment, note: str, *, now=None) -> None:
-    """Record on the deployment what it waits for (once; ``waiting_since`` kept)."""
+    """Record on the deployment, and its timeline, what it waits for (once per change)."""
     now = now or timezone.now()
     if deployment.waiting_for == note and deployment.waiting_since:
         return
     since = deployment.waiting_since or now
     Deployment.objects.filter(pk=deployment.pk).update(waiting_for=note, waiting_since=since)
     deployment.waiting_for, deployment.waiting_since = note, since
+    DeploymentEvent.objects.create(
+        deployment=deployment,
+        kind=DeploymentEvent.WAITING_FOR_DEPLOYER,
+        at=now,
+        details={"waiting_for": note},
+    )
     log_deployment("deployment.waiting_for_deployer", deployment, waiting_for=note)
 
 

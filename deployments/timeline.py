@@ -35,6 +35,7 @@ from webhooks.models import DeliveryAttempt, Event
 KINDS = (
     "created",
     "waiting",
+    "waiting_for_deployer",
     "approved",
     "rejected",
     "released",
@@ -126,6 +127,9 @@ def deployment_timeline(deployment: Deployment, *, show_webhook_urls: bool = Fal
 
 
 def _event(d: Deployment, event: DeploymentEvent) -> dict:
+    if event.kind == DeploymentEvent.WAITING_FOR_DEPLOYER:
+        note = event.details.get("waiting_for", "")
+        return _entry(event.at, event.kind, f"waiting for {note}", waiting_for=note)
     if event.kind == DeploymentEvent.RELEASED:
         approvals = event.details.get("approvals")
         return _entry(

@@ -251,6 +251,8 @@ class DeploymentEvent(models.Model):
 
     WAITING = "waiting"
     RELEASED = "released"  # approved enough: moved from waiting_approval to pending
+    # runs_on: waiting for, or routed to, a deployer host with its tags (deployments.routing)
+    WAITING_FOR_DEPLOYER = "waiting_for_deployer"
 
     deployment = models.ForeignKey(Deployment, on_delete=models.CASCADE, related_name="events")
     kind = models.CharField(max_length=32)

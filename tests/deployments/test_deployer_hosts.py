@@ -16,6 +16,7 @@ from deployments.models import Deployer, FailureReason, Workspace, Worktree
 from deployments.selectors import deployment_as_dict
 from deployments.services import deployment_create
 from deployments.tasks import FETCH_HOST, PRUNE_HOST
+from deployments.timeline import deployment_timeline
 from jobs.models import MaintenanceRun
 from tests.deployments.conftest import commit, log_text, wait_for
 from tests.processes import wait_until
@@ -145,5 +146,7 @@ def test_runs_on_routes_to_the_tagged_host_only_and_an_unmatched_one_fails_after
     failed = wait_for(deployment, "failed", "success", timeout=30)
     assert failed.failure_reason == FailureReason.NO_DEPLOYER
     assert "arm, linux" in failed.error and failed.started_at is None
+    kinds = [event["kind"] for event in deployment_timeline(failed)]
+    assert kinds.index("waiting_for_deployer") < kinds.index("finished")
     assert deployment_as_dict(failed)["failure_reason"] == "no_deployer"
     assert (failed.finished_at - failed.waiting_since).total_seconds() >= 4
