@@ -1,4 +1,4 @@
-"""Workspaces per (project, host), and Deployer rows.
+"""Workspaces per (project, host), Deployer rows, and a project's runs_on.
 
 Existing workspace rows are kept and given the host of the process that migrates
 (``CONVEYOR_DEPLOYER_HOST``): before this, each project had one row, for whichever host
@@ -8,6 +8,8 @@ the admin afterwards.
 
 from django.conf import settings
 from django.db import migrations, models
+
+import deployments.models.projects
 
 
 def assign_host(apps, schema_editor):
@@ -74,5 +76,55 @@ class Migration(migrations.Migration):
             options={
                 "indexes": [models.Index(fields=["last_seen_at"], name="deployer_seen_idx")],
             },
+        ),
+        migrations.AddField(
+            model_name="deployment",
+            name="waiting_for",
+            field=models.CharField(
+                blank=True,
+                default="",
+                help_text="what it waits for before it can run",
+                max_length=300,
+            ),
+        ),
+        migrations.AddField(
+            model_name="deployment",
+            name="waiting_since",
+            field=models.DateTimeField(blank=True, null=True),
+        ),
+        migrations.AddField(
+            model_name="project",
+            name="runs_on",
+            field=models.JSONField(
+                blank=True,
+                default=list,
+                help_text="tags a deployer host must all have to run this project's "
+                'deployments, e.g. ["linux", "gpu"]',
+                validators=[deployments.models.projects.validate_tags],
+            ),
+        ),
+        migrations.AlterField(
+            model_name="deployment",
+            name="failure_reason",
+            field=models.CharField(
+                blank=True,
+                choices=[
+                    ("step_failed", "A step failed"),
+                    ("timed_out", "Timed out"),
+                    ("worker_lost", "Worker lost"),
+                    ("worker_shutdown", "Its worker shut down"),
+                    ("git_error", "Git checkout failed"),
+                    ("workdir_error", "The working directory is not usable"),
+                    ("internal_error", "Internal error"),
+                    ("job_lost", "Its job was cancelled or lost before it ran"),
+                    ("cancelled", "Cancelled"),
+                    ("superseded", "Superseded by a newer deployment"),
+                    ("rejected", "An approver rejected it"),
+                    ("approval_expired", "Not approved in time"),
+                    ("no_deployer", "No live deployer host has its project's runs_on tags"),
+                ],
+                default="",
+                max_length=32,
+            ),
         ),
     ]
