@@ -430,8 +430,8 @@ def setup_fixtures() -> tuple:
     from django.contrib.auth import get_user_model
 
     from deployments.models import Project
-    from jobs.models import TokenScope
-    from jobs.tokens import token_create
+    from project.access.models import TokenScope
+    from project.access.tokens import token_create
     from webhooks.models import Endpoint
 
     user = get_user_model().objects.create_superuser("scale-admin", "", uuid.uuid4().hex)

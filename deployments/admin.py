@@ -6,12 +6,14 @@ Cancel and retry are admin actions that call the same services as the API.
 from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
-from django.shortcuts import redirect
+from django.shortcuts import get_object_or_404, redirect
 from django.template.defaultfilters import filesizeformat
+from django.template.response import TemplateResponse
 from django.urls import path, reverse
 
 from deployments import (
     admin_deploy_locks,  # noqa: F401 - registers the deploy lock admin
+    recovery,
     services,
     timeline,
 )
@@ -32,7 +34,7 @@ from deployments.models import (
     Workspace,
     Worktree,
 )
-from jobs.permissions import allowed
+from project.access.permissions import allowed
 from project.admin_base import ConveyorModelAdmin
 from project.admin_permissions import permission_check
 from project.redaction import redact_url, url_password
@@ -41,6 +43,8 @@ from project.timing import seconds_between
 # How many links of the retry_of chain the page follows back.
 CHAIN_LIMIT = 20
 REFRESH_SECONDS = 2
+# The newest recoveries of a deployment its page lists, with their progress.
+RECOVERIES_SHOWN = 5
 # A page waiting for approval has no log to follow; it only checks, this often, whether
 # somebody else decided.
 STATUS_CHECK_SECONDS = 10
@@ -114,6 +118,7 @@ class DeploymentAdmin(LogViewsMixin, ApprovalAdminMixin, ConveyorModelAdmin):
         "pipeline_name",
         "status",
         "failure_reason",
+        "health_status",
         "attempt",
         "triggered_by",
         "created_at",
@@ -173,6 +178,11 @@ class DeploymentAdmin(LogViewsMixin, ApprovalAdminMixin, ConveyorModelAdmin):
                 view(self.cancel_view),
                 name="deployments_deployment_cancel",
             ),
+            path(
+                "<int:deployment_id>/recover/",
+                view(self.recover_view),
+                name="deployments_deployment_recover",
+            ),
             *self.log_urls(),
             *super().get_urls(),
         ]
@@ -199,6 +209,10 @@ class DeploymentAdmin(LogViewsMixin, ApprovalAdminMixin, ConveyorModelAdmin):
                 deployment, show_webhook_urls=allowed(request.user, "endpoint.view")
             ),
             "chain": _retry_chain(deployment),
+            "health": deployment.health or None,
+            "can_recover": deployment.finished_at is not None
+            and allowed(request.user, "deployment.recover"),
+            "recoveries": list(deployment.recoveries.order_by("-pk")[:RECOVERIES_SHOWN]),
             "retries": list(deployment.retries.order_by("pk").values_list("pk", "status")),
             **self.log_context(deployment),
             **(extra_context or {}),
@@ -238,8 +252,47 @@ class DeploymentAdmin(LogViewsMixin, ApprovalAdminMixin, ConveyorModelAdmin):
             "Deployment {result.pk} is {result.status}.",
         )
 
+    def recover_view(self, request, deployment_id: int):
+        """Confirm (a dry-run count) then start the recovery of a deployment's failures."""
+        if not allowed(request.user, "deployment.recover"):
+            raise PermissionDenied
+        deployment = get_object_or_404(Deployment, pk=deployment_id)
+        try:
+            if request.method == "POST":
+                made = recovery.recovery_create(
+                    deployment, actor=request.user.get_username(), user=request.user
+                )
+                self.message_user(
+                    request,
+                    f"Recovery {made.pk} of {made.jobs_total} job(s) and "
+                    f"{made.deliveries_total} delivery(ies) started in job {made.job_id}.",
+                    messages.SUCCESS,
+                )
+                return redirect("admin:deployments_deployment_change", deployment.pk)
+            counted = recovery.recovery_count(deployment)
+        except DeploymentError as exc:
+            self.message_user(request, str(exc), messages.ERROR)
+            return redirect("admin:deployments_deployment_change", deployment.pk)
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": f"Recover the failures after deployment {deployment.pk}?",
+            "deployment": deployment,
+            "counted": counted,
+            "batch_size": recovery.BATCH_SIZE,
+            "pause": recovery.PAUSE_SECONDS,
+        }
+        return TemplateResponse(
+            request, "admin/deployments/deployment/recover_confirm.html", context
+        )
+
     def has_delete_permission(self, request, obj=None) -> bool:
         return False  # history; old logs go with the log purge, the rows stay
+
+    @admin.display(description="health")
+    def health_status(self, deployment: Deployment) -> str:
+        """The health gate's verdict (deployments.health), or empty without a gate."""
+        return (deployment.health or {}).get("status", "")
 
     has_run_deployment_permission = permission_check("run_deployment")
     has_cancel_deployment_permission = permission_check("cancel_deployment")
@@ -397,3 +450,6 @@ class WorktreeAdmin(ConveyorModelAdmin):
 
     def has_add_permission(self, request) -> bool:
         return False
+
+
+from deployments import admin_environment_pages  # noqa: E402, F401 - registers the environments pages

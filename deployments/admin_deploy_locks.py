@@ -14,7 +14,7 @@ from django.http import HttpRequest
 from deployments import deploy_locks
 from deployments.errors import DeploymentError, NotLocked
 from deployments.models import DeployLock, Project
-from jobs.permissions import allowed
+from project.access.permissions import allowed
 from project.admin_base import ConveyorModelAdmin
 
 

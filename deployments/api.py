@@ -8,12 +8,13 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from ninja import Field, Query, Router, Schema, Status
 from pydantic import ConfigDict
 
-from deployments import selectors, services, timeline
+from deployments import recovery, selectors, services, timeline
 from deployments.errors import DeploymentNotFound
 from deployments.models import FINISHED, Deployment, DeploymentStatus, Project
-from jobs.auth import acting_user, actor, require_scope
-from jobs.idempotency import IdempotencyConflict, run_once, token_scoped
-from jobs.models import ApiToken, TokenScope
+from project.access.auth import acting_user, actor, require_scope
+from project.access.idempotency import IdempotencyConflict, run_once, token_scoped
+from project.access.models import ApiToken, TokenScope
+from project.access.permissions import PERMISSIONS, allowed
 from project.api_errors import ApiError
 from project.pagination import DEFAULT_LIMIT, MAX_LIMIT, paginate
 
@@ -36,6 +37,17 @@ class TriggerIn(Schema):
     override_freeze: bool = Field(
         False, description="deploy even inside a freeze window (admin tokens only; audited)"
     )
+
+
+class HealthOut(Schema):
+    status: str = Field(..., description="watching, healthy or unhealthy")
+    until: str | None = Field(None, description="the end of the watched window")
+    evaluated_at: str | None = None
+    reasons: list[str] = Field(default_factory=list, description="what tripped the gate")
+    figures: dict | None = Field(
+        None, description="{after, before, check}: events, failures, failure_rate, ..."
+    )
+    rollback: dict | None = Field(None, description="the automatic rollback, if one was tried")
 
 
 class DeploymentOut(Schema):
@@ -64,6 +76,9 @@ class DeploymentOut(Schema):
         None, description="the person behind it (a console user or the token's user)"
     )
     duration_seconds: float | None = None
+    health: HealthOut | None = Field(
+        None, description="the health gate's verdict after a success (null: no gate)"
+    )
     waiting_for: str | None = Field(
         None,
         description="what a pending deployment waits for before it can run, e.g. a live "
@@ -178,7 +193,7 @@ def create_once(request: HttpRequest, response: HttpResponse, create) -> Status:
     key = request.headers.get("Idempotency-Key")
 
     def handler() -> tuple[int, dict]:
-        # Keys are the token's own (jobs.idempotency), down to the one stored on the row.
+        # Keys are the token's own (project.access.idempotency), down to the one stored on the row.
         return 201, as_json(create(token_scoped(request.auth, key)))
 
     if key is None:
@@ -333,3 +348,65 @@ def cancel(request: HttpRequest, deployment_id: int):
     visible_deployment(request, deployment_id)
     deployment = services.deployment_cancel(deployment_id=deployment_id, actor=actor(request))
     return Status(202, selectors.deployment_as_dict(deployment))
+
+
+class RecoverIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    dry_run: bool = Field(
+        ..., description="true: only count the failures; false: retry them in the background"
+    )
+
+
+class RecoveryOut(Schema):
+    id: int | None = Field(None, description="the recovery (null for a dry run)")
+    deployment_id: int
+    dry_run: bool
+    status: str = Field(..., description="counted (dry run), queued, running or done")
+    since: datetime
+    until: datetime
+    successor: int | None = Field(None, description="the next successful deployment, if any")
+    jobs: int
+    deliveries: int
+    done: int = 0
+    failed: int = 0
+    errors: list[str] = Field(default_factory=list)
+    job_id: int | None = None
+
+
+@router.post(
+    "/deployments/{int:deployment_id}/recover",
+    response={200: RecoveryOut, 202: RecoveryOut},
+    summary="Retry the project's dead jobs and deliveries between this deployment and the next",
+)
+def recover(request: HttpRequest, deployment_id: int, payload: RecoverIn):
+    require_scope(request, TokenScope.DEPLOY)
+    deployment = visible_deployment(request, deployment_id)
+    user = acting_user(request)
+    if user is not None and not allowed(user, "deployment.recover"):
+        raise ApiError(
+            403,
+            "forbidden",
+            f"{user.get_username()} lacks the {PERMISSIONS['deployment.recover']} permission",
+        )
+    if payload.dry_run:
+        counted = recovery.recovery_count(deployment)
+        return Status(200, {**counted, "dry_run": True, "status": "counted"})
+    made = recovery.recovery_create(deployment, actor=actor(request), user=user)
+    return Status(202, {**recovery.recovery_as_dict(made), "dry_run": False})
+
+
+class RecoveryListOut(Schema):
+    recoveries: list[RecoveryOut]
+
+
+@router.get(
+    "/deployments/{int:deployment_id}/recoveries",
+    response=RecoveryListOut,
+    summary="The recoveries of a deployment's failures, newest first, with their progress",
+)
+def list_recoveries(request: HttpRequest, deployment_id: int):
+    require_scope(request, TokenScope.READ)
+    deployment = visible_deployment(request, deployment_id)
+    found = deployment.recoveries.order_by("-pk")[: recovery.MAX_LISTED]
+    return {"recoveries": [{**recovery.recovery_as_dict(r), "dry_run": False} for r in found]}

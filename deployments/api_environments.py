@@ -17,9 +17,9 @@ from deployments.api import (
 from deployments.environments import Approver
 from deployments.errors import InvalidRequest
 from deployments.validation import clean_environment
-from jobs.auth import acting_user, actor, require_scope
-from jobs.models import ApiToken, TokenScope
-from jobs.permissions import PERMISSIONS, allowed
+from project.access.auth import acting_user, actor, require_scope
+from project.access.models import ApiToken, TokenScope
+from project.access.permissions import PERMISSIONS, allowed
 from project.api_errors import ApiError
 from project.env import parse_duration
 from project.pagination import DEFAULT_LIMIT, MAX_LIMIT, paginate
@@ -67,6 +67,11 @@ class EnvironmentOut(Schema):
     allow_self_approval: bool
     wait_timer: int = Field(..., description="seconds after creation before a deployment runs")
     freeze: list[dict]
+    health: dict | None = Field(
+        None,
+        description="the health gate after each success: window and check_timeout in "
+        "seconds, max_failure_rate, min_events, check, rollback (null: no gate)",
+    )
     frozen: FrozenOut | None = Field(None, description="the freeze window open now, if any")
     current: DeploymentOut | None = Field(None, description="the latest successful deployment")
     latest: DeploymentOut | None

@@ -24,7 +24,7 @@ from deployments.events import emit, emit_approval_requested, log_deployment
 from deployments.locks import lock_environment
 from deployments.models import Deployment, DeploymentStatus, Project
 from jobs.models import AuditLog
-from jobs.services import enqueue
+from jobs.services import enqueue, job_supersede
 from project.constraints import violates
 
 S = DeploymentStatus
@@ -39,11 +39,14 @@ class Plan:
     ``fields`` are the Deployment's own: ``ref``, ``pipeline``, ``pipeline_name``, ``params``,
     ``steps``, ``timeout`` and, as the kind asks, ``commit_sha``, ``retry_of``, ``attempt``,
     ``rollback_of``, ``undoes``. ``audit`` is ``(action, target, details)``; the new
-    deployment's id is added to its details.
+    deployment's id is added to its details. ``supersedes_job`` is the id of a job whose
+    work the new deployment takes over (a retry's original's): if dead, it stops being a
+    dead letter.
     """
 
     fields: dict
     audit: tuple[str, Deployment, dict] | None = None
+    supersedes_job: int | None = None
 
 
 def create(
@@ -101,6 +104,7 @@ def create(
         if chosen.audit is not None:
             action, target, details = chosen.audit
             audit(triggered_by, action, target, {"new_deployment": deployment.pk, **details})
+        job_supersede([chosen.supersedes_job], actor=triggered_by)
         return _announce(deployment, gate, actor=triggered_by)
 
 

@@ -10,8 +10,9 @@ that *finished* in the window with status ``success`` or ``failed`` count; cance
   commit time is known (read from git at checkout: the committer date), ``finished_at -
   committed_at``; the median, in seconds.
 - **Change failure rate**: a *change* is a finished deployment that is not a rollback. It
-  *failed* if it ended ``failed``, or if it succeeded and a rollback undoing it (``undoes``)
-  was created, not cancelled, within ``CONVEYOR_DORA_FAILURE_WINDOW`` (7d) of its finish.
+  *failed* if it ended ``failed``, if its health gate found it unhealthy (deployments.health),
+  or if it succeeded and a rollback undoing it (``undoes``) was created, not cancelled,
+  within ``CONVEYOR_DORA_FAILURE_WINDOW`` (7d) of its finish.
   The rate is failed changes / changes.
 - **Time to restore**: walking the window's finished deployments in finish order, a failed
   change opens an incident at its ``finished_at`` (unless one is open); the next successful
@@ -27,6 +28,7 @@ from django.utils import timezone
 
 from deployments import conf
 from deployments.models import Deployment, DeploymentStatus, Project
+from deployments.models.deployments import HEALTH_UNHEALTHY
 
 S = DeploymentStatus
 ALLOWED_DAYS = (1, 365)
@@ -40,6 +42,7 @@ class Row:
     committed_at: datetime | None
     is_rollback: bool
     rolled_back: bool  # a rollback undoing it was made within the failure window
+    unhealthy: bool = False  # its health gate found it unhealthy
 
     @property
     def is_change(self) -> bool:
@@ -47,7 +50,7 @@ class Row:
 
     @property
     def failed_change(self) -> bool:
-        return self.is_change and (self.status == S.FAILED or self.rolled_back)
+        return self.is_change and (self.status == S.FAILED or self.rolled_back or self.unhealthy)
 
 
 def dora_metrics(
@@ -102,7 +105,9 @@ def _rows(project: Project, environment: str, since: datetime, until: datetime) 
         finished_at__lt=until,
     ).order_by("finished_at", "pk")
     values = list(
-        finished.values_list("pk", "status", "finished_at", "committed_at", "rollback_of_id")
+        finished.values_list(
+            "pk", "status", "finished_at", "committed_at", "rollback_of_id", "health__status"
+        )
     )
     rolled_back = _rolled_back([pk for pk, status, *_ in values if status == S.SUCCESS])
     return [
@@ -113,8 +118,9 @@ def _rows(project: Project, environment: str, since: datetime, until: datetime) 
             committed_at=committed_at,
             is_rollback=rollback_of is not None,
             rolled_back=_within(rolled_back.get(pk), finished_at),
+            unhealthy=health == HEALTH_UNHEALTHY,
         )
-        for pk, status, finished_at, committed_at, rollback_of in values
+        for pk, status, finished_at, committed_at, rollback_of, health in values
     ]
 
 

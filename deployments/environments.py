@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
+from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -26,6 +27,7 @@ from deployments.errors import (
 )
 from deployments.freeze import OpenWindow, active_window
 from deployments.models import Deployment, DeploymentStatus, Environment, Project
+from jobs.models import AuditLog
 
 APPROVE_PERMISSION = "deployments.approve_deployment"
 
@@ -77,6 +79,28 @@ def rules_of(project: Project, environment: str) -> Environment:
     """Return the environment's rules: its row, or an unsaved unprotected default."""
     found = Environment.objects.filter(project=project, name=environment).first()
     return found or Environment(project=project, name=environment)
+
+
+def environment_rules_save(
+    *, rules: Environment, freeze: list[dict], changed: list[str], actor: str
+) -> Environment:
+    """Store an environment's rules as the console's form gives them, audited; return them.
+
+    ``rules`` carries the form's values (not saved yet), ``freeze`` the windows in their stored
+    form (``freeze.parse_window``'s), ``changed`` the names of the fields the form changed.
+    """
+    with transaction.atomic():
+        rules.freeze = freeze
+        rules.full_clean(validate_unique=False)
+        rules.save()
+        AuditLog.objects.create(
+            actor=actor,
+            action="environment.rules_changed",
+            target_type="environment",
+            target_id=str(rules),
+            details={"changed": sorted(changed), "freeze_windows": len(freeze)},
+        )
+    return rules
 
 
 def gate(

@@ -33,6 +33,10 @@ class NotRetryable(DeploymentError):
     """Only a finished deployment can be retried (409)."""
 
 
+class NotRecoverable(DeploymentError):
+    """Only a finished deployment has failures after it to recover (409)."""
+
+
 class NotCancellable(DeploymentError):
     """The deployment has already finished (409)."""
 

@@ -22,7 +22,7 @@ FINAL_TOPICS = {
     DeploymentStatus.CANCELLED: "deployment.cancelled",
 }
 # Topics that also land in the in-app inbox of the user who triggered the deployment.
-INBOX_TOPICS = frozenset({"deployment.failed"})
+INBOX_TOPICS = frozenset({"deployment.failed", "deployment.unhealthy"})
 
 
 def log_deployment(event: str, deployment: Deployment, **fields) -> None:
@@ -98,3 +98,18 @@ def emit_approval_requested(deployment: Deployment, rules, recipients: list) -> 
     }
     log_deployment("deployment.event", deployment, topic="deployment.approval_requested")
     webhooks.notify("deployment.approval_requested", data, recipients=recipients)
+
+
+def emit_unhealthy(deployment: Deployment, health: dict) -> None:
+    """Announce that the health gate found ``deployment`` unhealthy, with the figures."""
+    data = {
+        **event_data(deployment),
+        "reasons": health.get("reasons", []),
+        "figures": health.get("figures"),
+        "title": f"Deployment {deployment.pk} of {deployment.project.slug} to "
+        f"{deployment.environment} is unhealthy",
+        "message": "; ".join(health.get("reasons", [])),
+    }
+    log_deployment("deployment.event", deployment, topic="deployment.unhealthy")
+    topic = "deployment.unhealthy"
+    webhooks.notify(topic, data, recipients=_recipients(deployment, topic))

@@ -68,6 +68,7 @@ def environment_summary(project: Project, name: str, *, rules: Environment | Non
         "allow_self_approval": bool(rules and rules.allow_self_approval),
         "wait_timer": rules.wait_timer if rules else 0,
         "freeze": list(rules.freeze) if rules else [],
+        "health": dict(rules.health) if rules and rules.health else None,
         "frozen": (
             {"window": window.name, "opened_at": window.opened_at, "closes_at": window.closes_at}
             if window

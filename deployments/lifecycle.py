@@ -10,6 +10,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from deployments.events import emit, emit_finished, log_deployment
+from deployments.health import health_watch
 from deployments.locks import lock_environment
 from deployments.models import (
     NOT_STARTED,
@@ -118,6 +119,8 @@ def finish(
     _close_step_runs(done)
     log_deployment("deployment.finished", done, duration=_duration(done))
     emit_finished(done)
+    if to == S.SUCCESS:
+        health_watch(done)
     wake_next(done)
     return done
 

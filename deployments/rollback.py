@@ -2,13 +2,16 @@
 
 The environment's *current* deployment is its latest success (by finish time). A rollback
 targets, unless told which, the latest earlier success whose commit differs from the
-current one and which no successful rollback has undone, and creates a new deployment of that
+current one, which no successful rollback has undone and which its health gate did not find
+unhealthy (deployments.health), and creates a new deployment of that
 target's ref, commit, pipeline snapshot, params and timeout, with ``rollback_of`` = the
 target and ``undoes`` = the current one. It obeys the environment's freeze and approval
 rules like any trigger, and is announced as ``deployment.created`` with ``rollback: true``.
 """
 
-from django.db.models import QuerySet
+from django.db.models import QuerySet, TextField, Value
+from django.db.models.fields.json import KT
+from django.db.models.functions import Coalesce
 
 from deployments import creation
 from deployments.errors import (
@@ -18,6 +21,7 @@ from deployments.errors import (
     NotRollbackTarget,
 )
 from deployments.models import Deployment, DeploymentStatus, Project
+from deployments.models.deployments import HEALTH_UNHEALTHY
 from deployments.validation import clean_environment, clean_idempotency_key
 
 S = DeploymentStatus
@@ -42,6 +46,9 @@ def rollback_target(project: Project, environment: str, current: Deployment) -> 
         .filter(finished_at__lt=current.finished_at)
         .exclude(commit_sha=current.commit_sha)
         .exclude(undone_by__status=S.SUCCESS)
+        # Coalesced: a missing key compares as NULL, and NOT NULL would drop every row.
+        .alias(health_status=Coalesce(KT("health__status"), Value(""), output_field=TextField()))
+        .exclude(health_status=HEALTH_UNHEALTHY)
         .first()
     )
     if earlier is None:
@@ -61,8 +68,11 @@ def deployment_rollback(
     triggered_by_user=None,
     idempotency_key: str | None = None,
     override_freeze: bool = False,
+    reason: str = "",
 ) -> Deployment:
     """Create the rollback deployment of ``environment``; return it.
+
+    ``reason`` (the health gate's, say) is kept in the ``deployment.rollback`` audit entry.
 
     Raises NothingToRollBack when the environment has no current deployment or nothing
     before it, NotRollbackTarget when ``to_deployment_id`` never succeeded or is current.
@@ -80,6 +90,9 @@ def deployment_rollback(
             if to_deployment_id is None
             else _chosen(project, environment, to_deployment_id, current)
         )
+        details = {"to": target.pk, "commit": target.commit_sha}
+        if reason:
+            details["reason"] = reason
         return creation.Plan(
             fields={
                 "ref": target.ref,
@@ -92,7 +105,7 @@ def deployment_rollback(
                 "rollback_of": target,
                 "undoes": current,
             },
-            audit=("deployment.rollback", current, {"to": target.pk, "commit": target.commit_sha}),
+            audit=("deployment.rollback", current, details),
         )
 
     return creation.create(

@@ -56,6 +56,7 @@ def deployment_as_dict(deployment: Deployment) -> dict:
         "cancel_requested_at": deployment.cancel_requested_at,
         "steps": deployment.steps,
         "duration_seconds": deployment_duration(deployment),
+        "health": health_as_dict(deployment),
         "waiting_for": deployment.waiting_for or None,
         "waiting_since": deployment.waiting_since,
     }
@@ -209,3 +210,18 @@ def complete_characters(window: bytes, *, more_follows: bool) -> int:
             needed = 2 if byte < 0xE0 else 3 if byte < 0xF0 else 4
             return len(window) if back >= needed else len(window) - back
     return len(window)
+
+
+def health_as_dict(deployment: Deployment) -> dict | None:
+    """The deployment JSON's ``health``: None without a gate."""
+    health = deployment.health or {}
+    if not health:
+        return None
+    return {
+        "status": health.get("status"),
+        "until": health.get("until"),
+        "evaluated_at": health.get("evaluated_at"),
+        "reasons": health.get("reasons", []),
+        "figures": health.get("figures"),
+        "rollback": health.get("rollback"),
+    }

@@ -139,6 +139,7 @@ def deployment_retry(
                 "undoes_id": original.undoes_id,
             },
             audit=("deployment.retry", original, {}),
+            supersedes_job=original.job_id,
         )
 
     return creation.create(

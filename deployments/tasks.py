@@ -18,6 +18,27 @@ def run_deployment(ctx: JobContext) -> dict:
     return pipeline.run(deployment_id=int(ctx.payload["deployment_id"]), ctx=ctx)
 
 
+# At the end of a deployment's health window (deployments.health); judging twice is harmless.
+@shared_task(base=JobTask, name="deployments.health_check", job_max_attempts=3)
+def health_check(ctx: JobContext) -> dict:
+    """Judge the health of the deployment named in the job's payload."""
+    from deployments.health import health_evaluate
+
+    interim = bool(ctx.payload.get("interim"))
+    health = health_evaluate(int(ctx.payload["deployment_id"]), interim=interim)
+    return {"status": health.get("status"), "reasons": health.get("reasons", [])}
+
+
+# One job per recovery; a killed run's retry resumes after its last batch (deployments.recovery).
+@shared_task(base=JobTask, name="deployments.recover", batch=False, job_max_attempts=10)
+def recover(ctx: JobContext) -> dict:
+    """Retry the failures that followed a deployment (see deployments.recovery)."""
+    from deployments.recovery import recovery_run
+
+    recovery = recovery_run(int(ctx.payload["recovery_id"]), keep_going=ctx.heartbeat)
+    return {"done": recovery.done, "failed": recovery.failed, "status": recovery.status}
+
+
 @shared_task(name="maintenance.fetch_workspaces", ignore_result=True)
 def fetch_workspaces(force: bool = False) -> dict:
     """Start a fetch round on every live deployer host (see deployments.maintenance.hosts)."""

@@ -8,6 +8,10 @@ Sources, none of them written for the timeline except ``DeploymentEvent``:
   (approved enough, from waiting for approval to pending);
 * the AuditLog — who approved or rejected it (with their comment), who cancelled or retried
   it, and freeze overrides (each names the person and the token: ``alice via token:ci``);
+* ``DeploymentEvent`` again — the health gate's verdict (healthy, or unhealthy with the
+  figures that tripped it; deployments.health);
+* the AuditLog again — a rollback made of it (by the health gate: with the reason) and a
+  recovery of the failures that followed it (deployments.recovery);
 * its step runs — each step's start, exit code and duration;
 * its job — each attempt's end (worker, outcome, reason);
 * its webhook events, every delivery attempt of them (endpoint, status code, latency) and the
@@ -46,7 +50,11 @@ KINDS = (
     "cancel_requested",
     "job_attempt",
     "finished",
+    "healthy",
+    "unhealthy",
+    "rolled_back",
     "retried",
+    "recovery",
     "webhook_event",
     "delivery_attempt",
     "notification",
@@ -130,6 +138,15 @@ def _event(d: Deployment, event: DeploymentEvent) -> dict:
     if event.kind == DeploymentEvent.WAITING_FOR_DEPLOYER:
         note = event.details.get("waiting_for", "")
         return _entry(event.at, event.kind, f"waiting for {note}", waiting_for=note)
+    if event.kind in ("healthy", "unhealthy"):
+        reasons = event.details.get("reasons") or []
+        return _entry(
+            event.at,
+            event.kind,
+            f"health gate: {event.kind}" + (f" ({'; '.join(reasons)})" if reasons else ""),
+            reasons=reasons,
+            figures=event.details.get("figures"),
+        )
     if event.kind == DeploymentEvent.RELEASED:
         approvals = event.details.get("approvals")
         return _entry(
@@ -213,6 +230,30 @@ def _audit(d: Deployment) -> list[dict]:
                     f"freeze window {window!r} overridden by {row.actor}",
                     actor=row.actor,
                     window=window,
+                )
+            )
+        elif row.action == "deployment.rollback":
+            new, reason = row.details.get("new_deployment"), row.details.get("reason")
+            found.append(
+                _entry(
+                    row.at,
+                    "rolled_back",
+                    f"rolled back by {row.actor} as deployment #{new}"
+                    + (f": {reason}" if reason else ""),
+                    actor=row.actor,
+                    new_deployment=new,
+                    reason=reason,
+                )
+            )
+        elif row.action == "deployment.recover":
+            found.append(
+                _entry(
+                    row.at,
+                    "recovery",
+                    f"recovery of {row.details.get('jobs', 0)} job(s) and "
+                    f"{row.details.get('deliveries', 0)} delivery(ies) started by {row.actor}",
+                    actor=row.actor,
+                    **row.details,
                 )
             )
         elif row.action == "deployment.retry":

@@ -17,11 +17,11 @@ from django.utils.html import format_html, format_html_join
 
 from jobs import attempts, limiter, owners
 from jobs.admin_bulk import BulkAdminMixin
-from jobs.admin_tokens import ApiTokenAdmin  # noqa: F401 - registers the token admin
 from jobs.changelist import JobPaginator, QueueFilter, TaskFilter, to_the_second
 from jobs.errors import IllegalTransition, JobNotFound
 from jobs.filters import ErrorClassFilter, OwnedByFilter, PayloadFilter
 from jobs.models import (
+    DEAD_LETTER,
     FINISHED,
     AuditLog,
     Job,
@@ -30,11 +30,12 @@ from jobs.models import (
     MaintenanceRun,
     Notification,
 )
-from jobs.permissions import allowed
 from jobs.selectors import OVERDUE_INTERVALS, maintenance_status
+from project.access.permissions import allowed
 from project.admin_base import ConveyorChangeList, ConveyorModelAdmin
 from project.admin_permissions import permission_check
 from project.redaction import redact_text
+from project.timing import seconds_between
 
 
 def _run_for_each(modeladmin, request, queryset: QuerySet, action, verb: str) -> None:
@@ -70,6 +71,19 @@ def _traceback(error: dict | None):
         '<details class="attempt-traceback"><summary>traceback</summary>'
         '<pre class="console-pre">{}</pre></details>',
         redact_text(text),
+    )
+
+
+# A list cell shows at most this much text (the rest is cut by CSS with an ellipsis), and
+# its title, shown on hover, at most TITLE_CHARS: an error can be kilobytes long.
+CELL_CHARS = 200
+TITLE_CHARS = 2000
+
+
+def clipped(text: str, title: str):
+    """One line of list text, cut with an ellipsis (console.css ``.clip``), whole on hover."""
+    return format_html(
+        '<span class="clip" title="{}">{}</span>', title[:TITLE_CHARS], text[:CELL_CHARS]
     )
 
 
@@ -111,6 +125,26 @@ class OwnerFilter(admin.SimpleListFilter):
         return queryset
 
 
+class DeadLetterFilter(admin.SimpleListFilter):
+    """Dead jobs still waiting for an operator, or those a later job took over."""
+
+    title = "dead letter"
+    parameter_name = "dead_letter"
+
+    def lookups(self, request, model_admin):
+        return [
+            ("yes", "Dead letters (dead, not superseded)"),
+            ("superseded", "Dead, superseded by a replay or retry"),
+        ]
+
+    def queryset(self, request, queryset):
+        if self.value() == "yes":
+            return queryset.filter(DEAD_LETTER)
+        if self.value() == "superseded":
+            return queryset.filter(status=JobStatus.DEAD, superseded_at__isnull=False)
+        return queryset
+
+
 class JobChangeList(ConveyorChangeList):
     """Looks up the owners of a page of jobs in one query per owning app."""
 
@@ -133,14 +167,13 @@ class JobAdmin(BulkAdminMixin, ConveyorModelAdmin):
     # app, in JobChangeList): jobs.changelist.page_rows renders them in one pass.
     list_display = (
         "id",
-        "task",
+        "task_name",
         "queue",
         "colored_status",
         "attempts_display",
-        "priority",
         "created_at",
-        "run_after",
         "finished_at",
+        "run_time",
         "owner_link",
         "short_error",
     )
@@ -149,6 +182,7 @@ class JobAdmin(BulkAdminMixin, ConveyorModelAdmin):
     # Payload, error class and owner are typed (jobs.filters); times are ranges (__gte, __lt).
     list_filter = (
         "status",
+        DeadLetterFilter,
         OwnerFilter,
         "reason",
         QueueFilter,
@@ -166,6 +200,7 @@ class JobAdmin(BulkAdminMixin, ConveyorModelAdmin):
     list_per_page = 50
     show_full_result_count = False  # counting millions of rows on every page load is slow
     actions = ("retry_jobs", "cancel_jobs")
+    moment_columns = False  # page_rows shows times through project.times itself
 
     class Media:
         css = {"all": ("console/console.css",)}  # the status colours (job-status)
@@ -181,6 +216,7 @@ class JobAdmin(BulkAdminMixin, ConveyorModelAdmin):
         "lease_expires_at",
         "cancel_requested_at",
         "published_at",
+        "superseded_at",
     )
     fields = readonly_fields = (
         "owner_link",
@@ -212,6 +248,7 @@ class JobAdmin(BulkAdminMixin, ConveyorModelAdmin):
     lease_expires_at_second = _to_the_second("lease_expires_at")
     cancel_requested_at_second = _to_the_second("cancel_requested_at")
     published_at_second = _to_the_second("published_at")
+    superseded_at_second = _to_the_second("superseded_at")
 
     def has_add_permission(self, request) -> bool:
         return False
@@ -294,6 +331,16 @@ class JobAdmin(BulkAdminMixin, ConveyorModelAdmin):
     def cancel_view(self, request, job_id: int):
         return self._button(request, job_id, "job.cancel", owners.job_cancel, "Cancelled")
 
+    @admin.display(description="task", ordering="task")
+    def task_name(self, job: Job):
+        return clipped(job.task, job.task)
+
+    @admin.display(description="run time", empty_value="")
+    def run_time(self, job: Job) -> str | None:
+        """The last attempt's run time (finished - started); blank while it has not ended."""
+        seconds = seconds_between(job.started_at, job.finished_at, digits=1)
+        return None if seconds is None or seconds < 0 else f"{seconds:.1f}s"
+
     @admin.display(description="owner")
     def owner_link(self, job: Job):
         info = getattr(job, "owner_info", None)
@@ -302,7 +349,10 @@ class JobAdmin(BulkAdminMixin, ConveyorModelAdmin):
         if info is None:
             return "—"
         return format_html(
-            '<a href="{}">{}</a> <span class="pill {}">{}</span>',
+            '<span class="clip" title="{} ({})"><a href="{}">{}</a> <span class="pill {}">{}</span>'
+            "</span>",
+            info.label,
+            info.status,
             info.url,
             info.label,
             info.status,
@@ -322,21 +372,23 @@ class JobAdmin(BulkAdminMixin, ConveyorModelAdmin):
 
     @admin.display(description="status", ordering="status")
     def colored_status(self, job: Job):
-        """The status as a coloured label, followed by its reason if it has one."""
+        """The status as a coloured label; its reason, if any, on hover (the row stays short)."""
         # A class, not a style attribute: the console's CSP allows no inline style.
-        status = format_html(
-            '<b class="job-status {}">{}</b>', job.status, STATUS_LABELS.get(job.status, job.status)
-        )
+        label = STATUS_LABELS.get(job.status, job.status)
         if not job.reason:
-            return status
-        reason = REASON_LABELS.get(job.reason, job.reason)
-        return format_html('{} <small class="job-reason">{}</small>', status, reason)
+            return format_html('<b class="job-status {}">{}</b>', job.status, label)
+        return format_html(
+            '<b class="job-status {} has-reason" title="{}">{}</b>',
+            job.status,
+            REASON_LABELS.get(job.reason, job.reason),
+            label,
+        )
 
     @admin.display(description="waiting because")
     def waiting(self, job: Job) -> str:
         return limiter.why_waiting(job) or "—"  # empty: it is not waiting
 
-    @admin.display(description="attempts")
+    @admin.display(description="tries")
     def attempts_display(self, job: Job) -> str:
         return f"{job.attempts}/{job.max_attempts}"
 
@@ -368,8 +420,8 @@ class JobAdmin(BulkAdminMixin, ConveyorModelAdmin):
         )
 
     @admin.display(description="last error")
-    def short_error(self, job: Job) -> str:
-        return (job.last_error[:80] + "…") if len(job.last_error) > 80 else job.last_error
+    def short_error(self, job: Job):
+        return clipped(job.last_error, job.last_error) if job.last_error else ""
 
     @admin.action(description="Retry selected dead/cancelled jobs", permissions=["retry_job"])
     def retry_jobs(self, request, queryset):

@@ -23,7 +23,7 @@ from django.utils.http import urlencode
 
 from jobs import bulk
 from jobs.models import BulkAction, BulkOperation, BulkStatus
-from jobs.permissions import allowed
+from project.access.permissions import allowed
 from project.admin_base import ConveyorModelAdmin
 
 REFRESH_SECONDS = 2

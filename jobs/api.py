@@ -9,9 +9,10 @@ from ninja import Field, Query, Router, Schema, Status
 
 from jobs import owners, queues, task_states
 from jobs.attempts import history
-from jobs.auth import acting_user, actor, require_scope
-from jobs.models import Job, JobReason, JobStatus, TokenScope
+from jobs.models import Job, JobReason, JobStatus
 from jobs.selectors import queue_stats
+from project.access.auth import acting_user, actor, require_scope
+from project.access.models import TokenScope
 from project.api_errors import ApiError
 from project.pagination import DEFAULT_LIMIT, MAX_LIMIT, paginate
 
@@ -61,6 +62,11 @@ class JobOut(Schema):
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+    superseded_at: datetime | None = Field(
+        None,
+        description="when a later job took over this dead job's work (its delivery replayed, "
+        "its deployment retried): no longer a dead letter",
+    )
     owner: OwnerOut | None = Field(None, description="the deployment or delivery it works for")
     unique_key: str | None = Field(None, description="a unique job's key (a digest)")
     unique_states: list[JobStatus] = Field(description="the states it is unique among")
@@ -137,6 +143,10 @@ class QueueStateOut(Schema):
     )
     running: int
     queued: int = Field(description="queued or retrying jobs, due or not")
+    dead_letters: int = Field(
+        description="dead jobs not retried and not superseded by a replay or retry of their "
+        "delivery or deployment (exact)"
+    )
 
 
 class JobFilters(Schema):

@@ -27,7 +27,7 @@ on twice. Between batches it pauses ``PAUSE_SECONDS``; it stops when a batch com
 The filter is the Jobs list's own: ``matching`` rebuilds it through the admin's ChangeList
 as the operator, so "everything matching" means what the list showed, and a filter the
 operator may not use (a payload filter without the right to see payloads) is refused.
-Each action needs the permission of the single action (``jobs.permissions``); the bulk job
+Each action needs the permission of the single action (``project.access.permissions``); the bulk job
 itself (``BULK_TASK``) never matches.
 """
 
@@ -45,7 +45,7 @@ from jobs import owners, services
 from jobs.changelist import NOT_FILTERS, ApproximateCount, capped_count
 from jobs.errors import IllegalTransition, JobNotFound
 from jobs.models import FINISHED, AuditLog, BulkAction, BulkOperation, BulkStatus, Job, JobStatus
-from jobs.permissions import allowed
+from project.access.permissions import allowed
 
 logger = logging.getLogger("jobs")
 

@@ -30,6 +30,7 @@ from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext
 
 from jobs.accounting import counts, queues
+from project import times
 from project.admin_urls import url_per_pk
 
 # Counting this many matching rows by index stays within a few milliseconds.
@@ -155,17 +156,13 @@ def capped_count(queryset) -> int:
 
 
 # Fields whose value the page shows as its text, escaped (Django's display_for_field does no
-# more for them); any other field goes through display_for_field, times to the second.
+# more for them); any other field goes through display_for_field, times as project.times.
 PLAIN_FIELDS = (models.CharField, models.TextField, models.IntegerField)
 
 
 def to_the_second(when: datetime | None, zone: tzinfo | None = None) -> str:
-    """Show ``when`` in ``zone`` (default the current time zone) to the second, or "—"."""
-    if when is None:
-        return "—"
-    if timezone.is_aware(when):
-        when = when.astimezone(zone or timezone.get_current_timezone())
-    return when.strftime("%Y-%m-%d %H:%M:%S")
+    """Show ``when`` as every console page does (project.times: local, UTC on hover), or "—"."""
+    return times.moment(when, zone)
 
 
 def _text(value, empty: str) -> str:

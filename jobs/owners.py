@@ -9,10 +9,13 @@ own ``deployments.run``, webhooks own ``webhooks.deliver``) registers, per task 
 * ``retry(job, actor, user)`` / ``cancel(job, actor)`` — carries out an operator's retry or
   cancel of the job through the owner's own rules (a deployment retry is a new deployment;
   a delivery retry is a replay), as ``actor`` for the person ``user`` (or None), returning
-  the job that now does the work — or, when what the retry created has no job yet (a
+  the job that now does the work (and superseding, through ``jobs.services.job_supersede``, the
+  dead job whose work it takes over) — or, when what the retry created has no job yet (a
   deployment waiting for approval), the ``OwnerInfo`` of what it created;
 * ``failed_job_ids()`` — a queryset of ids of jobs whose owner failed, however the job
-  itself ended (a deployment's job succeeds even when the deployment fails);
+  itself ended (a deployment's job succeeds even when the deployment fails): the Jobs list's
+  "owner failed" filter, and the minute rollup, which counts such a succeeded job as
+  ``owner_failed`` (a failure in the throughput chart);
 * ``jobs_of`` — ``{kind: id -> queryset of job ids}``: the jobs of one of its rows, for the
   Jobs list's "owned by" filter (``deployment:12``, ``endpoint:3``);
 * ``dead_notice_topic`` — the topic of the staff notice its dead jobs send (a webhook

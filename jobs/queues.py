@@ -138,8 +138,11 @@ def use(names) -> dict[str, tuple[int, int]]:
 def describe(names=None) -> list[dict]:
     """Return each queue (default: every declared one) as the queues API shows it."""
     names = list(names or declared())
+    from jobs.accounting import tallies
+
     states = {state.name: state for state in QueueState.objects.filter(name__in=names)}
     counts = use(names)
+    dead_letters = tallies.dead_letters_by_queue()
     limits = conf.get().queue_concurrency
     found = []
     for name in names:
@@ -155,6 +158,7 @@ def describe(names=None) -> list[dict]:
                 "concurrency_limit": limits.get(name),
                 "running": running,
                 "queued": queued,
+                "dead_letters": dead_letters.get(name, 0),
             }
         )
     return found

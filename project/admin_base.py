@@ -27,8 +27,10 @@ from django.contrib.admin.views.main import ChangeList
 from django.contrib.admin.widgets import url_params_from_lookup_dict
 from django.core.exceptions import FieldDoesNotExist
 from django.db import DataError, transaction
+from django.db.models import DateTimeField
 from django.db.models.constants import LOOKUP_SEP
 
+from project import times
 from project.secret_fields import lookup_reaches_secret
 
 # What Django's own list filters put in the query string after a field path.
@@ -150,3 +152,33 @@ class ConveyorAdminMixin:
 
 class ConveyorModelAdmin(ConveyorAdminMixin, admin.ModelAdmin):
     """The ModelAdmin every Conveyor model is registered with."""
+
+    #: Show the list's date-time columns as every console page does (project.times): one
+    #: format, the operator's time zone, UTC on hover. An admin rendering its own rows
+    #: (jobs.changelist) turns it off and calls project.times itself.
+    moment_columns = True
+
+    def get_list_display(self, request):
+        """Return ``list_display`` with each date-time field shown by ``project.times``."""
+        shown = super().get_list_display(request)
+        if not self.moment_columns:
+            return shown
+        return [self._moment_column(name) if isinstance(name, str) else name for name in shown]
+
+    def _moment_column(self, name: str) -> str:
+        try:
+            field = self.model._meta.get_field(name)
+        except FieldDoesNotExist:
+            return name
+        if not isinstance(field, DateTimeField):
+            return name
+        column = f"{name}_moment"
+        if not hasattr(self, column):
+
+            def show(obj, attname=field.attname):
+                return times.moment(getattr(obj, attname), empty=self.get_empty_value_display())
+
+            show.short_description = field.verbose_name
+            show.admin_order_field = name
+            setattr(self, column, show)
+        return column

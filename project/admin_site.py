@@ -12,8 +12,8 @@ from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 
-from jobs.permissions import allowed
 from project import charts, dashboard
+from project.access.permissions import allowed
 from project.api_errors import error_body
 
 PLUMBING_APPS = ("django_celery_results", "django_celery_beat")
@@ -33,7 +33,15 @@ DASHBOARD_PARTS = (
     "approvals",  # deployments waiting for approval
     "maintenance",
 )
-QUEUE_FIGURES = ("queue", "queued", "running", "retrying", "dead_24h", "oldest_age", "broker_depth")
+QUEUE_FIGURES = (
+    "queue",
+    "queued",
+    "running",
+    "retrying",
+    "dead_letters",
+    "oldest_age",
+    "broker_depth",
+)
 
 
 class ConsoleAdminSite(admin.AdminSite):

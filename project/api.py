@@ -5,8 +5,8 @@ from ninja import NinjaAPI
 from deployments.api import router as deployments_router
 from deployments.api_environments import router as environments_router
 from jobs.api import router as jobs_router
-from jobs.auth import BearerToken
 from project import api_errors
+from project.access.auth import BearerToken
 from webhooks.api import router as webhooks_router
 
 ERROR_SCHEMA = {

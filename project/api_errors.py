@@ -53,6 +53,7 @@ _DEPLOYMENT_ERRORS = {
     deployment_errors.IdempotencyConflict: (422, "idempotency_conflict"),
     deployment_errors.NotRetryable: (409, "conflict"),
     deployment_errors.NotCancellable: (409, "conflict"),
+    deployment_errors.NotRecoverable: (409, "conflict"),
     deployment_errors.EnvironmentFrozen: (409, "environment_frozen"),
     deployment_errors.EnvironmentNotFound: (404, "not_found"),
     deployment_errors.NothingToRollBack: (409, "nothing_to_roll_back"),

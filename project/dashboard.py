@@ -28,13 +28,13 @@ from deployments.models import (
     Worktree,
 )
 from jobs import heartbeat, limits, task_states
-from jobs.accounting import counts, queues, stats
+from jobs.accounting import counts, queues, stats, tallies
+from jobs.accounting.rollup import OWNER_FAILED
 from jobs.models import Job, JobStatus, WorkerHeartbeat
 from jobs.queues import paused_names
 from project.celery import app
 
 logger = logging.getLogger(__name__)
-DEAD_WINDOW = timedelta(hours=24)
 # Chart ranges: name -> (span, bucket size).
 RANGES = {
     "1h": (timedelta(hours=1), timedelta(minutes=1)),
@@ -44,10 +44,6 @@ RANGES = {
 
 def _jobs_url(**filters) -> str:
     return reverse("admin:jobs_job_changelist") + "?" + urlencode(filters)
-
-
-def _stamp(when) -> str:
-    return when.strftime("%Y-%m-%d %H:%M:%S")
 
 
 def broker_depths(queues) -> dict[str, int | None]:
@@ -72,20 +68,17 @@ def broker_depths(queues) -> dict[str, int | None]:
 
 
 def queue_rows(now=None) -> list[dict]:
-    """Per queue: queued, running, retrying, dead in 24 h, oldest queued age, broker depth.
+    """Per queue: queued, running, retrying, dead letters, oldest queued age, broker depth.
 
-    Live counts are exact, from the engine's accounting; dead in 24 h is an estimate from the
-    per-minute rollup; the oldest age is one index lookup per queue.
+    Live counts and dead letters (dead jobs not retried and not superseded by a replay or a
+    retry of their owner) are exact, from the engine's accounting and tallies; the oldest
+    age is one index lookup per queue.
     """
     now = now or timezone.now()
     found = counts.read()
     names = queues.queue_names(found)
     per_queue = counts.by(found, "queue")
-    since = now - DEAD_WINDOW
-    dead: dict[str, int] = {}
-    for (queue, _, status), figures in stats.ended_since(since).items():
-        if status == JobStatus.DEAD:
-            dead[queue] = dead.get(queue, 0) + figures.count
+    dead = tallies.dead_letters_by_queue()
     oldest = queues.oldest_queued(names, now=now)
     depths = broker_depths(names)
     paused = paused_names()
@@ -103,10 +96,8 @@ def queue_rows(now=None) -> list[dict]:
                 "running_url": _jobs_url(queue=name, status__exact=JobStatus.RUNNING),
                 "retrying": live.get(JobStatus.RETRYING, 0),
                 "retrying_url": _jobs_url(queue=name, status__exact=JobStatus.RETRYING),
-                "dead_24h": dead.get(name, 0),
-                "dead_24h_url": _jobs_url(
-                    queue=name, status__exact=JobStatus.DEAD, finished_at__gte=_stamp(since)
-                ),
+                "dead_letters": dead.get(name, 0),
+                "dead_letters_url": _jobs_url(queue=name, dead_letter="yes"),
                 "oldest_age": age,
                 "oldest_url": _jobs_url(queue=name, status__exact=JobStatus.QUEUED),
                 "broker_depth": depths.get(name),
@@ -116,7 +107,8 @@ def queue_rows(now=None) -> list[dict]:
 
 
 def throughput(range_name: str = "1h", now=None) -> dict:
-    """Jobs that ended per bucket: succeeded, and failed (ended dead), from the minute rollup.
+    """Jobs that ended per bucket: succeeded, and failed (ended dead, or succeeded for an
+    owner that failed, as a failed deployment's job does), from the minute rollup.
 
     An estimate (see jobs.accounting.rollup); a job counts once, in the minute it ended.
     """
@@ -140,7 +132,7 @@ def throughput(range_name: str = "1h", now=None) -> dict:
             {
                 "at": b,
                 "succeeded": ended.get((b, JobStatus.SUCCEEDED), 0),
-                "failed": ended.get((b, JobStatus.DEAD), 0),
+                "failed": ended.get((b, JobStatus.DEAD), 0) + ended.get((b, OWNER_FAILED), 0),
             }
             for b in buckets
         ],

@@ -24,17 +24,17 @@ from prometheus_client.utils import floatToGoString
 
 from deployments.models import Deployment, DeploymentStatus
 from jobs import heartbeat, task_states
-from jobs.accounting import counts, queues, stats
-from jobs.accounting.rollup import RUN_TIME_BOUNDS, WAIT_TIME_BOUNDS
-from jobs.auth import verify_bearer
-from jobs.models import JobStatus, TokenScope, WorkerHeartbeat
+from jobs.accounting import counts, queues, stats, tallies
+from jobs.models import WorkerHeartbeat
 from jobs.queues import paused_names
+from project.access.auth import verify_bearer
+from project.access.models import TokenScope
 from webhooks.models import Delivery, DeliveryAttempt, DeliveryStatus
 
 logger = logging.getLogger(__name__)
 # Deployment durations are summarised over this window (finished deployments only).
 DURATION_WINDOW = timedelta(hours=24)
-# Job throughput and time histograms are summed over this window of the minute rollup.
+# Jobs that ended are summed over this window of the minute rollup.
 STATS_WINDOW = timedelta(hours=1)
 
 
@@ -49,8 +49,8 @@ def _allowed_networks() -> list:
 def authorised(request) -> bool:
     """An allow-listed client address, or a bearer token of admin scope.
 
-    The token is checked as the API checks it (jobs.auth.verify_bearer): a wrong one counts
-    as a failed authentication and a locked-out client gets the same 429.
+    The token is checked as the API checks it (project.access.auth.verify_bearer): a wrong
+    one counts as a failed authentication and a locked-out client gets the same 429.
     """
     try:
         address = ipaddress.ip_address(request.META.get("REMOTE_ADDR", ""))
@@ -96,11 +96,13 @@ class DatabaseCollector:
             oldest.add_metric([queue], (now - first).total_seconds())
         yield oldest
         dead = GaugeMetricFamily(
-            "conveyor_dead_letters", "Dead jobs kept for an operator, per queue", labels=["queue"]
+            "conveyor_dead_letters",
+            "Dead jobs kept for an operator, per queue: not retried, and not superseded by a "
+            "replay or retry of their delivery or deployment (exact, from the tallies)",
+            labels=["queue"],
         )
-        for queue, per in sorted(counts.by(found, "queue").items()):
-            if per.get(JobStatus.DEAD):
-                dead.add_metric([queue], per[JobStatus.DEAD])
+        for queue, n in sorted(tallies.dead_letters_by_queue().items()):
+            dead.add_metric([queue], n)
         yield dead
         yield from self._job_stats(now)
 
@@ -150,23 +152,7 @@ class DatabaseCollector:
         for (queue, task, status), figures in sorted(ended.items()):
             finished.add_metric([queue, task, status], figures.count)
         yield finished
-        per_pair = stats.ended_per_queue_and_task(ended)
-        for name, what, bounds, field in (
-            ("conveyor_job_runtime_seconds", "Run time", RUN_TIME_BOUNDS, "run_time"),
-            ("conveyor_job_wait_seconds", "Wait from due to claim", WAIT_TIME_BOUNDS, "wait_time"),
-        ):
-            family = HistogramMetricFamily(
-                name,
-                f"{what} of the jobs that ended in the last hour, by queue and task (an "
-                "estimate, from the per-minute rollup; the last attempt's)",
-                labels=["queue", "task"],
-            )
-            for (queue, task), figures in sorted(per_pair.items()):
-                cumulative = getattr(figures, f"{field}_buckets")
-                buckets = [(floatToGoString(b), cumulative[i]) for i, b in enumerate(bounds)]
-                buckets.append(("+Inf", cumulative[-1]))
-                family.add_metric([queue, task], buckets, getattr(figures, f"{field}_sum"))
-            yield family
+        yield from _histograms()
 
     def _deployments(self, now):
         yield _by_status(
@@ -235,6 +221,29 @@ class DatabaseCollector:
             overdue.add_metric([runner["runner"]], 1 if runner["overdue"] else 0)
         yield age
         yield overdue
+
+
+def _histograms():
+    """The job run-time and queue-wait histograms: cumulative since the tallies began, exact."""
+    for name, what, series in (
+        ("conveyor_job_runtime_seconds", "Run time (finished - started)", tallies.RUN_TIME),
+        ("conveyor_job_wait_seconds", "Wait in the queue (claim - due)", tallies.WAIT_TIME),
+    ):
+        family = HistogramMetricFamily(
+            name,
+            f"{what} of the last attempt of every job that reached a final state after "
+            "running, by queue and task (exact, cumulative: counted by the database when "
+            "the job ended)",
+            labels=["queue", "task"],
+        )
+        for (queue, task), histogram in sorted(tallies.histograms(series).items()):
+            buckets = [
+                (floatToGoString(bound), histogram.buckets[i])
+                for i, bound in enumerate(tallies.BOUNDS)
+            ]
+            buckets.append(("+Inf", histogram.buckets[-1]))
+            family.add_metric([queue, task], buckets, histogram.total)
+        yield family
 
 
 def _by_status(name: str, documentation: str, model, statuses) -> GaugeMetricFamily:

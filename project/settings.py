@@ -56,6 +56,7 @@ INSTALLED_APPS = [
     "axes",
     "ninja",  # Swagger UI at /api/v1/docs from its static files, never a CDN
     "jobs",
+    "project.access",  # API tokens, idempotency keys, the permission table
     "webhooks",
     "deployments",
 ]
@@ -94,7 +95,7 @@ SECURE_CSP = {
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",  # first: refuses a locked-out client at once
     "django.contrib.auth.backends.ModelBackend",
-    "jobs.auth.ApiTokenBackend",
+    "project.access.auth.ApiTokenBackend",
 ]
 
 ROOT_URLCONF = "project.urls"
@@ -155,6 +156,8 @@ AUTH_PASSWORD_VALIDATORS = [
 ]
 
 LANGUAGE_CODE = "en-us"
+# Where Django formats a time itself (a stock form's read-only field), it does so as project.times.
+FORMAT_MODULE_PATH = ["project.formats"]
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
@@ -312,6 +315,11 @@ CONVEYOR_PERIODIC_TASKS = [
     (
         "conveyor: purge old webhook deliveries",
         "maintenance.purge_webhooks",
+        _CONVEYOR["CONVEYOR_PURGE_INTERVAL"],
+    ),
+    (
+        "conveyor: purge old idempotency keys",
+        "maintenance.purge_idempotency_keys",
         _CONVEYOR["CONVEYOR_PURGE_INTERVAL"],
     ),
 ]

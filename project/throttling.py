@@ -1,7 +1,7 @@
 """Throttle failed authentication: admin passwords and API tokens, one counter per client.
 
 django-axes does the counting. Every failed credential goes through Django's
-``authenticate()`` (the admin's login form, and ``jobs.auth.verify_bearer`` for API tokens
+``authenticate()`` (the admin's login form, and ``project.access.auth.verify_bearer`` for API tokens
 via ``ApiTokenBackend``), so axes sees every failure and refuses a client that is locked
 out. Its counters are rows in the database (``AccessAttempt``), so every web process on
 every host shares them, on PostgreSQL and on the embedded SQLite.
@@ -9,7 +9,7 @@ every host shares them, on PostgreSQL and on the embedded SQLite.
 - Admin logins are locked per (username, address) pair after ``CONVEYOR_AUTH_FAILURE_LIMIT``
   failures (10): guesses from other addresses never lock the real person out.
 - API tokens (and ``/metrics``) are counted per client address, but the lock applies only
-  to tokens that do not verify (``jobs.auth.verify_bearer``): a valid token is never
+  to tokens that do not verify (``project.access.auth.verify_bearer``): a valid token is never
   refused because others failed from its address; bad ones from there get 429.
 - The lock lasts ``CONVEYOR_AUTH_LOCKOUT`` (15m) after the last counted failure; failures
   older than that are forgotten. An attempt refused while locked is not counted, so it

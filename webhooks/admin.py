@@ -13,7 +13,7 @@ from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
-from jobs.permissions import allowed
+from project.access.permissions import allowed
 from project.admin_base import ConveyorModelAdmin
 from project.admin_permissions import permission_check
 from webhooks import services, ssrf

@@ -6,8 +6,8 @@ from django.http import HttpRequest, HttpResponse
 from ninja import Field, Query, Router, Schema, Status
 from pydantic import ConfigDict
 
-from jobs.auth import actor, require_scope
-from jobs.models import TokenScope
+from project.access.auth import actor, require_scope
+from project.access.models import TokenScope
 from project.pagination import DEFAULT_LIMIT, MAX_LIMIT, paginate
 from webhooks import selectors, services
 from webhooks.models import DeliveryStatus

@@ -12,7 +12,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from jobs.models import FINISHED, AuditLog, Job
-from jobs.services import job_cancel, notify_staff
+from jobs.services import job_cancel, job_supersede, notify_staff
 from webhooks import conf, ssrf
 from webhooks.dispatch import enqueue_deliveries, event_create
 from webhooks.errors import (
@@ -219,6 +219,8 @@ def endpoint_delete(*, endpoint_id: int, actor: str) -> None:
 def delivery_replay(*, delivery_id: int, actor: str) -> Delivery:
     """Send a finished delivery again with a fresh job (same ``webhook-id``).
 
+    The delivery's previous job, if dead, is superseded: no longer a dead letter.
+
     Raises DeliveryConflict while the delivery is still in flight or its endpoint is
     disabled.
     """
@@ -243,7 +245,10 @@ def delivery_replay(*, delivery_id: int, actor: str) -> Delivery:
         if not stuck:
             delivery_move(Q(pk=delivery.pk), S.PENDING, from_=REPLAYABLE)
         Delivery.objects.filter(pk=delivery.pk).update(replays=F("replays") + 1, delivered_at=None)
+        previous_job_id = delivery.job_id
         enqueue_deliveries([delivery])
+        # The fresh job carries the delivery on: its dead job is no longer a dead letter.
+        job_supersede([previous_job_id], actor=actor)
         _audit(actor, "webhook.delivery_replay", "webhook_delivery", delivery.pk)
     delivery.refresh_from_db()
     return delivery
@@ -280,7 +285,9 @@ def delivery_replay_since(
             if moved != len(ids):  # cannot happen under the row locks; never enqueue twice
                 raise DeliveryConflict("deliveries changed while being replayed; try again")
             Delivery.objects.filter(pk__in=ids).update(replays=F("replays") + 1)
+            previous_job_ids = [d.job_id for d in batch]
             enqueue_deliveries(batch)
+            job_supersede(previous_job_ids, actor=actor)
             replayed += len(ids)
         if len(ids) < REPLAY_BATCH:
             break

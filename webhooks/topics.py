@@ -11,6 +11,9 @@ TOPICS: dict[str, str] = {
     "deployment.succeeded": "A deployment finished with every step successful.",
     "deployment.failed": "A deployment failed (a step failed, timed out or its worker was lost).",
     "deployment.cancelled": "A deployment was cancelled.",
+    "deployment.unhealthy": (
+        "A deployment's health gate found its environment failing after it succeeded."
+    ),
     "job.dead": "A background job exhausted its attempts or failed permanently.",
     "workspace.sync_failed": "A git workspace could not be fetched.",
     "worktree.prune_pending": "An idle worktree will be pruned soon.",

@@ -10,6 +10,8 @@ from deployments.models.deployments import (
     DeploymentStatus,
     FailureReason,
     LogChunk,
+    Recovery,
+    RecoveryStatus,
     StepRun,
     StepStatus,
 )
@@ -47,6 +49,8 @@ __all__ = (
     "LogChunk",
     "Pipeline",
     "Project",
+    "Recovery",
+    "RecoveryStatus",
     "Step",
     "StepRun",
     "StepStatus",

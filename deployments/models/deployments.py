@@ -47,6 +47,12 @@ ACTIVE = frozenset({S.RUNNING, S.CANCELLING})
 NOT_STARTED = frozenset({S.WAITING_APPROVAL, S.PENDING})
 
 
+# Deployment.health["status"] (deployments.health): watching until the gate's window ends.
+HEALTH_WATCHING = "watching"
+HEALTH_HEALTHY = "healthy"
+HEALTH_UNHEALTHY = "unhealthy"
+
+
 class FailureReason(models.TextChoices):
     STEP_FAILED = "step_failed", "A step failed"
     TIMED_OUT = "timed_out", "Timed out"
@@ -137,11 +143,15 @@ class Deployment(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # Written by deployments.health only: {} (no gate), then {"status": "watching", ...},
+    # then "healthy" or "unhealthy" with the figures that decided it.
+    health = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["-id"]
         permissions = [
             ("run_deployment", "Can run a deployment again (retry)"),
+            ("recover_deployment", "Can retry the failures that followed a deployment"),
             ("cancel_deployment", "Can cancel deployments"),
             ("approve_deployment", "Can approve or reject deployments waiting for approval"),
         ]
@@ -175,6 +185,10 @@ class Deployment(models.Model):
     @property
     def is_rollback(self) -> bool:
         return self.rollback_of_id is not None
+
+    @property
+    def is_unhealthy(self) -> bool:
+        return (self.health or {}).get("status") == HEALTH_UNHEALTHY
 
 
 class StepStatus(models.TextChoices):
@@ -265,3 +279,60 @@ class DeploymentEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.deployment_id} {self.kind} at {self.at:%H:%M:%S}"
+
+
+class RecoveryStatus(models.TextChoices):
+    # Written by deployments.recovery.recovery_create; left when its job runs a first batch.
+    QUEUED = "queued", "Queued"
+    # Written by the first batch; left by the last.
+    RUNNING = "running", "Running"
+    # Final: every failure counted at confirmation was processed.
+    DONE = "done", "Done"
+
+
+class Recovery(models.Model):
+    """An operator's retry of the failures that followed one deployment (deployments.recovery).
+
+    The failures are the project's dead jobs and dead webhook deliveries that ended in
+    ``[since, until)``: from the deployment's finish to its successor's (or the
+    confirmation). Walked by id up to ``max_job_id`` / ``max_delivery_id``, the cursors a
+    killed run resumes after.
+    """
+
+    deployment = models.ForeignKey(Deployment, on_delete=models.CASCADE, related_name="recoveries")
+    status = models.CharField(
+        max_length=10, choices=RecoveryStatus.choices, default=RecoveryStatus.QUEUED
+    )
+    actor = models.CharField(max_length=200)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    since = models.DateTimeField()
+    until = models.DateTimeField()
+    successor = models.ForeignKey(
+        Deployment, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    jobs_total = models.PositiveIntegerField(default=0)
+    deliveries_total = models.PositiveIntegerField(default=0)
+    max_job_id = models.BigIntegerField(default=0)
+    max_delivery_id = models.BigIntegerField(default=0)
+    last_job_id = models.BigIntegerField(default=0)
+    last_delivery_id = models.BigIntegerField(default=0)
+    done = models.PositiveIntegerField(default=0)
+    failed = models.PositiveIntegerField(default=0)
+    errors = models.JSONField(default=list, blank=True)
+    job_id = models.BigIntegerField(null=True, blank=True)
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-id"]
+        verbose_name_plural = "recoveries"
+
+    def __str__(self) -> str:
+        return f"Recovery {self.pk} of deployment {self.deployment_id} [{self.status}]"
+
+    @property
+    def total(self) -> int:
+        return self.jobs_total + self.deliveries_total

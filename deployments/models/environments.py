@@ -12,6 +12,7 @@ from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
 
+from deployments.health_rules import validate_health
 from deployments.models.deployments import Deployment
 from deployments.models.projects import EnvironmentNameField, Project, name_validator
 
@@ -64,6 +65,13 @@ class Environment(models.Model):
         default=list,
         blank=True,
         help_text="freeze windows (see deployments.freeze); triggers inside one are refused",
+    )
+    health = models.JSONField(
+        default=dict,
+        blank=True,
+        validators=[validate_health],
+        help_text="the health gate after each success (see deployments.health): window, "
+        "max_failure_rate, min_events, check, rollback (empty: no gate)",
     )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

@@ -116,7 +116,7 @@ class Project(models.Model):
         'e.g. ["linux", "gpu"]',
     )
     api_tokens = models.ManyToManyField(
-        "jobs.ApiToken",
+        "access.ApiToken",
         blank=True,
         related_name="projects",
         help_text="read and deploy tokens that may use this project (admin tokens see all)",

@@ -15,6 +15,12 @@
         freeze:                     # see deployments.freeze
           - {name: weekend, cron: "0 18 * * fri", duration: 62h, timezone: Europe/Paris}
           - {name: year-end, start: "2026-12-20 00:00", end: "2027-01-04 00:00"}
+        health:                     # the gate after each success: see deployments.health
+          window: 10m               # watched after the finish, compared with 10m before
+          max_failure_rate: 0.2     # of the project's job and webhook attempts
+          min_events: 5
+          check: ./healthcheck      # optional; exit 0 = healthy
+          rollback: true            # roll back to the last healthy deployment on a breach
 
 An environment the document leaves out keeps its rules, or loses them with ``prune``.
 """
@@ -24,6 +30,7 @@ from dataclasses import dataclass, field
 from django.core.exceptions import ValidationError
 
 from deployments.freeze import parse_window
+from deployments.health_rules import clean_rules
 from deployments.models.environments import (
     MAX_REF_PATTERNS,
     MAX_REQUIRED_APPROVALS,
@@ -31,10 +38,11 @@ from deployments.models.environments import (
 )
 from deployments.models.projects import canonical_environment
 from deployments.validation import NAME, matches
+from project.env import parse_duration
 
 ENVIRONMENT_KEYS = {
     "name", "protected", "required_approvals", "approvers", "allow_self_approval",
-    "wait_timer", "freeze", "refs",
+    "wait_timer", "freeze", "refs", "health",
 }  # fmt: skip
 
 APPROVER_KEYS = {"users", "groups"}
@@ -103,7 +111,22 @@ def _fields(item: dict, here: str, errors: list[str], seconds) -> dict:
         "wait_timer": wait or 0,
         "freeze": _windows(item.get("freeze"), f"{here}.freeze", errors),
         "refs": _refs(item.get("refs"), f"{here}.refs", errors),
+        "health": _health(item.get("health"), f"{here}.health", errors),
     }
+
+
+def _health(raw: object, where: str, errors: list[str]) -> dict:
+    rules, found = clean_rules(raw, seconds=_duration_seconds)
+    errors.extend(
+        f"{where}.{error}" if ":" in error.split()[0] else f"{where}: {error}" for error in found
+    )
+    return rules
+
+
+def _duration_seconds(value: object) -> int:
+    if isinstance(value, bool):
+        raise ValueError("not a duration")
+    return int(parse_duration(str(value)).total_seconds())
 
 
 def _refs(raw: object, where: str, errors: list[str]) -> list[str]:

@@ -12,6 +12,10 @@ These are estimates: a job whose end commits more than ``REFRESH_MINUTES`` after
 last attempt (``finished_at - started_at``); the wait time is claim minus due
 (``started_at - run_after``) of the last attempt.
 
+A job that succeeded while its owner failed (a deployment's job succeeds even when the
+deployment fails: ``jobs.owners``' ``failed_job_ids`` hook) is rolled up with the status
+``OWNER_FAILED`` rather than ``succeeded``, so the throughput chart counts it as a failure.
+
 Buckets are cumulative, as Prometheus histograms are: ``run_time_buckets[i]`` counts the jobs
 whose run time was at most ``RUN_TIME_BOUNDS[i]`` seconds, and the last entry counts every
 job with a run time (cancelled-before-running jobs have none). The same for wait time.
@@ -21,11 +25,24 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.db import transaction
-from django.db.models import Count, DurationField, ExpressionWrapper, F, Max, Q, Sum
+from django.db.models import (
+    BooleanField,
+    Case,
+    Count,
+    DurationField,
+    ExpressionWrapper,
+    F,
+    Max,
+    Q,
+    Sum,
+    Value,
+    When,
+)
 from django.db.models.functions import TruncMinute
 from django.utils import timezone
 
-from jobs.models import FINISHED, Job, JobMinuteStats
+from jobs import owners
+from jobs.models import FINISHED, Job, JobMinuteStats, JobStatus
 
 # Upper bounds in seconds (from 5 ms to an hour), the same for run and wait time.
 RUN_TIME_BOUNDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
@@ -34,6 +51,8 @@ WAIT_TIME_BOUNDS = RUN_TIME_BOUNDS
 REFRESH_MINUTES = 3
 # The dashboard charts 24 hours; a day more leaves room to look back.
 RETENTION = timedelta(hours=48)
+# The rollup's status for a job that succeeded while its owner failed.
+OWNER_FAILED = "owner_failed"
 
 
 @dataclass(frozen=True)
@@ -77,8 +96,13 @@ def refresh(*, now: datetime | None = None) -> RefreshResult:
         .annotate(
             run_time=_duration("finished_at", "started_at"),
             wait_time=_duration("started_at", "run_after"),
+            owner_failed=Case(
+                When(Q(status=JobStatus.SUCCEEDED) & owners.failed_owner_filter(), then=True),
+                default=Value(False),
+                output_field=BooleanField(),
+            ),
         )
-        .values("queue", "task", "status", minute=TruncMinute("finished_at"))
+        .values("queue", "task", "status", "owner_failed", minute=TruncMinute("finished_at"))
         .annotate(**_aggregates())
         .order_by()
     )
@@ -87,7 +111,7 @@ def refresh(*, now: datetime | None = None) -> RefreshResult:
             minute=row["minute"],
             queue=row["queue"],
             task=row["task"],
-            status=row["status"],
+            status=OWNER_FAILED if row["owner_failed"] else row["status"],
             count=row["count"],
             run_time_buckets=[row[f"run_{i}"] for i in range(len(RUN_TIME_BOUNDS))]
             + [row["run_all"]],

@@ -9,9 +9,9 @@ short (``project.batch_delete``: one ``DELETE … WHERE <filter> AND id IN (SELE
 ORDER BY finished_at LIMIT 1000)`` per batch; a job being retried meanwhile is kept;
 rows pointing at a deleted job are handled in the same statement, as their foreign key's
 ``on_delete`` says, e.g. a webhook delivery's link to its job is set to NULL).
-django-celery-results rows past ``CELERY_RESULT_EXPIRES`` and API idempotency keys older than
-24 hours go too, the same way on their date indexes, and the state rows of task limit keys
-that have not started a job for a day (jobs.limits).
+django-celery-results rows past ``CELERY_RESULT_EXPIRES`` go too, the same way on their date
+index, and the state rows of task limit keys that have not started a job for a day
+(jobs.limits). API idempotency keys have a purge of their own (project.access.purge).
 
 Runs every ``CONVEYOR_PURGE_INTERVAL`` (default 1h). Logs one ``maintenance.purge`` line.
 """
@@ -25,8 +25,7 @@ from django.utils import timezone
 from django_celery_results.models import TaskResult
 
 from jobs import conf
-from jobs.idempotency import KEY_RETENTION
-from jobs.models import IdempotencyKey, Job, JobStatus, LimitKeyState
+from jobs.models import Job, JobStatus, LimitKeyState
 from project.batch_delete import BATCH_SIZE, delete_in_batches
 
 logger = logging.getLogger("jobs.maintenance")
@@ -38,7 +37,6 @@ class PurgeResult:
     completed: int = 0
     dead: int = 0
     task_results: int = 0
-    idempotency_keys: int = 0
     limit_keys: int = 0
 
 
@@ -56,11 +54,6 @@ def purge(batch_size: int = BATCH_SIZE) -> PurgeResult:
         order_by="date_done",
         batch_size=batch_size,
     )
-    keys = delete_in_batches(
-        IdempotencyKey.objects.filter(created_at__lt=now - KEY_RETENTION),
-        order_by="created_at",
-        batch_size=batch_size,
-    )
     # A key idle this long has no start left in any rate window (the longest is an hour).
     limit_keys = delete_in_batches(
         LimitKeyState.objects.filter(last_started_at__lt=now - LIMIT_KEY_RETENTION),
@@ -71,7 +64,6 @@ def purge(batch_size: int = BATCH_SIZE) -> PurgeResult:
         completed=completed,
         dead=dead,
         task_results=results,
-        idempotency_keys=keys,
         limit_keys=limit_keys,
     )
     logger.info("maintenance.purge", extra=vars(result))

@@ -11,7 +11,7 @@ from jobs.services.dead_letters import (
     staff_ids,
 )
 from jobs.services.enqueue import enqueue, enqueue_many, validate_priority
-from jobs.services.operator import job_cancel, job_retry
+from jobs.services.operator import job_cancel, job_retry, job_supersede
 from jobs.services.runs import (
     CLAIM_CLOCK_SKEW,
     job_bury,
@@ -32,6 +32,7 @@ __all__ = [
     "job_heartbeat",
     "job_retry",
     "job_snooze",
+    "job_supersede",
     "job_wake",
     "log_job",
     "notice_topic",

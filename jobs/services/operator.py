@@ -1,11 +1,11 @@
-"""An operator's actions on jobs: cancel and retry, each recorded in the AuditLog."""
+"""An operator's actions on jobs: cancel, retry and supersede, recorded in the AuditLog."""
 
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
 from jobs.errors import IllegalTransition, JobNotFound
-from jobs.models import PENDING, AuditLog, Job, JobReason
+from jobs.models import DEAD_LETTER, PENDING, AuditLog, Job, JobReason
 from jobs.publish import publish_on_commit
 from jobs.services.base import S, log_job
 from jobs.signals import job_cancelled
@@ -72,6 +72,7 @@ def _retry(job_id: int, *, actor: str, now) -> Job:
             result=None,
             published_at=now,
             publish_count=0,
+            superseded_at=None,
         )
         if not moved:
             raise _not_found_or_illegal(job_id, "retry")
@@ -86,6 +87,26 @@ def _retry(job_id: int, *, actor: str, now) -> Job:
         log_job("job.retried", job, actor=actor)
         publish_on_commit([job])
     return job
+
+
+def job_supersede(job_ids: list[int], *, actor: str) -> int:
+    """Mark the dead letters among ``job_ids`` as taken over by a later job; return how many.
+
+    An owner calls it when it replays or retries the work of a dead job with a new job (a
+    delivery's replay, a deployment's retry): the dead job stays, for its history, but is
+    no longer a dead letter (``jobs.accounting.tallies``). Jobs that are not dead, or already
+    superseded, are left alone (one guarded UPDATE). Call inside the owner's transaction.
+    """
+    ids = [job_id for job_id in job_ids if job_id is not None]
+    if not ids:
+        return 0
+    now = timezone.now()
+    superseded = update_returning(
+        Job.objects.filter(DEAD_LETTER, pk__in=ids), {"superseded_at": now, "updated_at": now}
+    )
+    for job in superseded:
+        log_job("job.superseded", job, actor=actor)
+    return len(superseded)
 
 
 def _not_found_or_illegal(job_id: int, action: str) -> Exception:

@@ -3,7 +3,7 @@ import json
 import pytest
 from django.test import Client
 
-from jobs.tokens import token_create
+from project.access.tokens import token_create
 
 
 class Api:

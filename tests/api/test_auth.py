@@ -5,8 +5,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from jobs.models import ApiToken
-from jobs.tokens import token_create, token_revoke
+from project.access.models import ApiToken
+from project.access.tokens import token_create, token_revoke
 from tests.api.conftest import Api, assert_error
 
 

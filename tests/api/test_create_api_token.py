@@ -7,7 +7,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from jobs.tokens import token_authenticate
+from project.access.tokens import token_authenticate
 
 
 def create(*args) -> tuple[str, str]:

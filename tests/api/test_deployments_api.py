@@ -8,7 +8,7 @@ import pytest
 from django.db import connection
 
 from deployments.models import Deployment, DeploymentStatus, Project
-from jobs.models import IdempotencyKey
+from project.access.models import IdempotencyKey
 from tests.api.conftest import Api, assert_error
 from tests.deployments.conftest import wait_for
 

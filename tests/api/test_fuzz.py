@@ -28,7 +28,7 @@ def in_process_requests():
 def admin_token(make_project, db, in_process_requests):
     from deployments.models import Deployment  # noqa: F401 - a project with a deployment gives real ids
     from deployments.services import deployment_create
-    from jobs.tokens import token_create
+    from project.access.tokens import token_create
 
     make_project("app")
     deployment_create(project="app", ref="main")

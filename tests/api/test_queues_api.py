@@ -16,6 +16,27 @@ def test_queues_lists_every_declared_queue_with_its_state_and_use(make_api):
     assert default["concurrency_limit"] is None
 
 
+def test_queues_and_the_queue_command_show_dead_letters_but_not_superseded_ones(make_api, capsys):
+    from django.core.management import call_command
+    from django.utils import timezone
+
+    from jobs.models import Job, JobStatus
+
+    jobs = services.enqueue_many("jobs.noop", [{}] * 3, queue="webhooks")
+    now = timezone.now()
+    Job.objects.filter(pk__in=[job.pk for job in jobs]).update(
+        status=JobStatus.DEAD, started_at=now, finished_at=now
+    )
+    services.job_supersede([jobs[0].pk], actor="test")
+    api = make_api("admin")
+    listed = {q["name"]: q["dead_letters"] for q in api.get("/queues").json()}
+    assert (listed["webhooks"], listed["default"]) == (2, 0)
+    call_command("queue", "list")
+    lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()}
+    assert lines["webhooks"].endswith("dead_letters=2")
+    assert lines["default"].endswith("dead_letters=0")
+
+
 def test_pause_and_resume_answer_the_queue_and_are_audited(make_api):
     api = make_api("admin")
     paused = api.post("/queues/webhooks/pause")

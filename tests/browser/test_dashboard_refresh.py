@@ -34,7 +34,7 @@ def test_the_dashboard_refreshes_in_place_from_its_json_endpoint(admin_page, sta
     wait_for_js(
         page,
         "document.querySelector('tr[data-queue=default] [data-stat=queued]').textContent === '0'"
-        " && (document.querySelector('#dashboard-chart svg').getAttribute('aria-label') || '')"
+        " && (document.querySelector('#dashboard-chart > div').getAttribute('aria-label') || '')"
         ".includes('3 succeeded')",
     )
     assert not_reloaded(page)

@@ -2,8 +2,9 @@
 
 from django.utils import timezone
 
-from jobs.models import ApiToken, AuditLog, Job, JobStatus
-from jobs.tokens import token_authenticate
+from jobs.models import AuditLog, Job, JobStatus
+from project.access.models import ApiToken
+from project.access.tokens import token_authenticate
 
 
 def make_job(status, **fields) -> Job:
@@ -36,7 +37,7 @@ def test_retry_a_dead_job_from_the_job_list(admin_page, purge_broker):
 
 def test_create_an_api_token_shows_it_once(admin_page):
     page = admin_page
-    page.goto("/admin/jobs/apitoken/add/")
+    page.goto("/admin/access/apitoken/add/")
     page.fill("#id_name", "github-actions")
     page.select_option("#id_scope", "deploy")
     page.click("input[name=_save]")
@@ -45,5 +46,5 @@ def test_create_an_api_token_shows_it_once(admin_page):
     token = token_authenticate(raw)
     assert token is not None and token.name == "github-actions" and token.scope == "deploy"
     assert ApiToken.objects.count() == 1
-    page.goto("/admin/jobs/apitoken/")
+    page.goto("/admin/access/apitoken/")
     assert raw not in page.content()

@@ -9,7 +9,7 @@ import pytest
 from deployments.models import Deployment
 from jobs.maintenance.sweeper import sweep
 from jobs.models import Job
-from jobs.tokens import token_create
+from project.access.tokens import token_create
 from tests.chaos.load import Load, drain, make_project, start_load, verify
 from tests.chaos.servers import broker
 from tests.processes import wait_until

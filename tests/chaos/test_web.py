@@ -15,7 +15,7 @@ from collections import defaultdict
 import pytest
 
 from deployments.models import Deployment
-from jobs.tokens import token_create
+from project.access.tokens import token_create
 from tests.chaos.load import Load, drain, make_project, verify
 from tests.chaos.servers import port_answers
 from tests.processes import ROOT, free_port, process_tree, wait_until

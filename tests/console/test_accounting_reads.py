@@ -119,7 +119,7 @@ def test_the_dashboard_refresh_is_json_that_agrees_with_the_table(admin_user, jo
     for queue in ("default", "other"):
         for status in (S.QUEUED, S.RUNNING, S.RETRYING):
             assert rows[queue][status] == Job.objects.filter(queue=queue, status=status).count()
-    assert rows["default"]["dead_24h"] == 3
+    assert rows["default"]["dead_letters"] == 3
     assert {"deployments", "webhooks", "maintenance"} <= set(rows)
     assert set(body["parts"]) == {
         "dashboard-stamp",

@@ -10,9 +10,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from deployments.models import Deployment, DeploymentStatus
 from deployments.services import deployment_create
 from jobs import owners
-from jobs.models import Job, JobStatus, TokenScope, WorkerHeartbeat
+from jobs.models import Job, JobStatus, WorkerHeartbeat
 from jobs.owners import OwnerRefused
-from jobs.tokens import token_create
+from project.access.models import TokenScope
+from project.access.tokens import token_create
 from tests.api.conftest import make_api  # noqa: F401 - fixture
 from webhooks import services as webhooks
 from webhooks.dispatch import notify

@@ -7,7 +7,7 @@ from django.test import Client
 from deployments.errors import NotRetryable
 from deployments.models import Deployment, Environment
 from deployments.services import deployment_create, deployment_retry
-from jobs.tokens import token_create
+from project.access.tokens import token_create
 from tests.api.conftest import Api
 from tests.deployments.conftest import log_text, set_steps, wait_for
 

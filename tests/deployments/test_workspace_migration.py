@@ -1,10 +1,10 @@
-"""Migration 0011 keeps existing workspace rows and gives them the migrating host's identity."""
+"""Migration 0013 keeps existing workspace rows and gives them the migrating host's identity."""
 
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
-BEFORE = [("deployments", "0010_deploy_locks")]
-AFTER = [("deployments", "0011_deployer_hosts")]
+BEFORE = [("deployments", "0012_project_api_tokens_in_access")]
+AFTER = [("deployments", "0013_deployer_hosts")]
 
 
 def test_existing_workspaces_are_kept_on_the_migrating_host(transactional_db, settings):

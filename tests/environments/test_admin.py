@@ -78,7 +78,9 @@ def test_the_environment_page_shows_history_and_the_dora_table(admin_client, sho
     environment = Environment.objects.get(project=shop)
     listing = admin_client.get("/admin/deployments/environment/")
     assert listing.status_code == 200 and f"#{deployment.pk}" in listing.content.decode()
-    page = admin_client.get(f"/admin/deployments/environment/{environment.pk}/change/")
+    # A rules row's change page is its environment's page (never the raw JSON fields).
+    page = admin_client.get(f"/admin/deployments/environment/{environment.pk}/change/", follow=True)
+    assert page.redirect_chain[-1][0] == "/admin/deployments/environment/env/shop/production/"
     body = page.content.decode()
     assert page.status_code == 200 and "v1.2.3" in body
     assert "change failure rate" in body and "1 (0.0333/day)" in body  # 1 in 30 days

@@ -13,7 +13,7 @@ from deployments.errors import AlreadyDecided, ApprovalRefused, NotWaitingApprov
 from deployments.models import Deployment, Environment
 from deployments.services import deployment_cancel, deployment_create
 from jobs.models import AuditLog, Job, Notification
-from jobs.tokens import token_create
+from project.access.tokens import token_create
 from tests.api.conftest import Api, assert_error
 from tests.deployments.conftest import wait_for
 from webhooks.models import Event

@@ -139,25 +139,32 @@ def test_the_admin_stores_the_canonical_name_and_sees_a_spelling_as_taken(make_p
     root = get_user_model().objects.create_superuser("root", password="x-123456")
     console = Client()
     console.force_login(root)
+    declared = console.post(
+        "/admin/deployments/environment/add/", {"project": project.pk, "name": "QA"}
+    )
+    rules = "/admin/deployments/environment/env/shop/qa/rules/"
+    assert declared.status_code == 302 and declared["Location"] == rules
     form = {
-        "project": project.pk,
-        "name": "QA",
         "required_approvals": 0,
-        "approver_users": "[]",
-        "approver_groups": "[]",
         "wait_timer": 0,
-        "refs": '["main"]',
-        "freeze": "[]",
+        "refs": "main",
+        "freeze-TOTAL_FORMS": "0",
+        "freeze-INITIAL_FORMS": "0",
     }
-    added = console.post("/admin/deployments/environment/add/", form)
+    added = console.post(rules.replace("qa", "QA"), form)
     assert added.status_code == 302, added.content.decode()[:2000]
     assert list(Environment.objects.values_list("name", "refs")) == [("qa", ["main"])]
-    again = console.post("/admin/deployments/environment/add/", {**form, "name": "Qa"})
-    assert again.status_code == 200 and Environment.objects.count() == 1
-    for refs in ('"main"', "[3]", '["-x"]'):
-        bad = console.post(
-            "/admin/deployments/environment/add/", {**form, "name": "dev", "refs": refs}
-        )
+    again = console.post(
+        "/admin/deployments/environment/add/", {"project": project.pk, "name": "Qa"}
+    )
+    assert (
+        again.status_code == 200
+        and "already has rules for &#x27;qa&#x27;" in again.content.decode()
+    )
+    assert Environment.objects.count() == 1
+    dev = rules.replace("qa", "dev")
+    for refs in ("../x", "-x", "main bad!ref"):
+        bad = console.post(dev, {**form, "refs": refs})
         assert bad.status_code == 200 and "ref pattern" in bad.content.decode()
     assert Environment.objects.count() == 1
 

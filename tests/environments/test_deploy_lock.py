@@ -9,7 +9,7 @@ from django.test import Client
 from deployments.models import DeployLock, Deployment, Environment
 from deployments.services import deployment_cancel, deployment_create
 from jobs.models import AuditLog
-from jobs.tokens import token_create
+from project.access.tokens import token_create
 from tests.api.conftest import Api, assert_error
 from tests.security.test_people import person, token_of
 

@@ -14,7 +14,7 @@ from deployments.models import Deployment, Environment
 from deployments.services import deployment_create, deployment_retry
 from deployments.transitions import transition
 from jobs.models import AuditLog
-from jobs.tokens import token_create
+from project.access.tokens import token_create
 from tests.api.conftest import Api, assert_error
 
 

@@ -4,9 +4,10 @@ import pytest
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from jobs.idempotency import _reserve
-from jobs.models import UNIQUE_CONSTRAINT, ApiToken, IdempotencyKey, Job
-from jobs.tokens import token_create
+from jobs.models import UNIQUE_CONSTRAINT, Job
+from project.access.idempotency import _reserve
+from project.access.models import ApiToken, IdempotencyKey
+from project.access.tokens import token_create
 from project.constraints import violates
 
 

@@ -1,4 +1,8 @@
-"""The job engine's modules form no import loop, and the engine imports no app that uses it."""
+"""The job engine's modules form no import loop, and the engine imports no app that uses it.
+
+project.access (API tokens, idempotency keys, the permission table) sits beside the engine:
+only the engine's edges use it, and it uses only the engine's models and maintenance runner.
+"""
 
 import ast
 from pathlib import Path
@@ -43,5 +47,34 @@ def test_the_engine_imports_no_app_built_on_it():
         for name, path in MODULES.items()
         for other in imported(path)
         if other.split(".")[0] in apps
+    )
+    assert found == []
+
+
+# Its edges authenticate API tokens and check the permission table through project.access;
+# nothing else of the engine knows about tokens or permissions.
+ACCESS_USERS = {"jobs.api", "jobs.admin", "jobs.admin_bulk", "jobs.bulk"}
+
+
+def test_only_the_engines_edges_use_project_access():
+    found = {
+        name
+        for name, path in MODULES.items()
+        for other in imported(path)
+        if other == "project.access" or other.startswith("project.access.")
+    }
+    assert found, "the walk found no use of project.access"
+    assert found <= ACCESS_USERS, sorted(found - ACCESS_USERS)
+
+
+def test_project_access_needs_only_the_engines_models_and_runner():
+    access = ROOT / "project" / "access"
+    found = sorted(
+        f"{module_name(path)} imports {other}"
+        for path in access.rglob("*.py")
+        if "migrations" not in path.parts
+        for other in imported(path)
+        if other.split(".")[0] in ("jobs", "webhooks", "deployments")
+        and other not in ("jobs.models", "jobs.maintenance.runs")
     )
     assert found == []

@@ -10,8 +10,7 @@ from django_celery_results.models import TaskResult
 from jobs.maintenance import purge as purge_module
 from jobs.maintenance.purge import purge
 from jobs.maintenance.reaper import reap
-from jobs.models import AuditLog, IdempotencyKey, Job, JobReason, JobStatus
-from jobs.tokens import token_create
+from jobs.models import AuditLog, Job, JobReason, JobStatus
 
 S = JobStatus
 pytestmark = pytest.mark.usefixtures("purge_broker")
@@ -102,13 +101,6 @@ def test_purge_deletes_exactly_the_rows_past_their_retention(monkeypatch):
     TaskResult.objects.create(task_id="old", status="SUCCESS")
     TaskResult.objects.filter(task_id="old").update(date_done=now - timedelta(days=8))
     TaskResult.objects.create(task_id="young", status="SUCCESS")
-    token, _ = token_create(name="ci")
-    for key, age in (
-        ("old", timedelta(hours=24, minutes=1)),
-        ("young", timedelta(hours=23, minutes=59)),
-    ):
-        record = IdempotencyKey.objects.create(token=token, key=key, path="/x", fingerprint="f")
-        IdempotencyKey.objects.filter(pk=record.pk).update(created_at=now - age)
 
     batches = []
     real = purge_module.delete_in_batches
@@ -119,17 +111,11 @@ def test_purge_deletes_exactly_the_rows_past_their_retention(monkeypatch):
 
     monkeypatch.setattr(purge_module, "delete_in_batches", counting)
     result = purge(batch_size=2)
-    assert (result.completed, result.dead, result.task_results, result.idempotency_keys) == (
-        6,
-        1,
-        1,
-        1,
-    )
+    assert (result.completed, result.dead, result.task_results) == (6, 1, 1)
     assert set(Job.objects.values_list("pk", flat=True)) == {j.pk for j in kept}
     assert not Job.objects.filter(pk__in=[j.pk for j in doomed]).exists()
     assert list(TaskResult.objects.values_list("task_id", flat=True)) == ["young"]
-    assert list(IdempotencyKey.objects.values_list("key", flat=True)) == ["young"]
-    assert batches == [2] * 6  # succeeded, cancelled, dead, results, keys, limit keys
+    assert batches == [2] * 5  # succeeded, cancelled, dead, results, limit keys
 
 
 def test_the_sweeper_reads_an_empty_or_missing_queue_as_empty(transactional_db, purge_broker):

@@ -17,7 +17,7 @@ from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
 from jobs.maintenance import runs
 from jobs.models import Job, JobStatus, MaintenanceLock, MaintenanceRun
-from jobs.tokens import token_create
+from project.access.tokens import token_create
 from tests.api.conftest import Api
 
 INTERVALS = [

@@ -24,7 +24,7 @@ from django_celery_results.models import GroupResult, TaskResult
 
 from deployments.models import Deployment, Environment, Pipeline, Project, Workspace, Worktree
 from jobs.models import Notification
-from jobs.tokens import token_create
+from project.access.tokens import token_create
 from project.admin_base import ConveyorAdminMixin
 from project.secret_fields import lookup_reaches_secret, secrets_of
 from tests.webhooks.test_admin import dead_delivery
@@ -176,7 +176,7 @@ def test_a_right_and_a_wrong_guess_at_a_secret_get_the_same_answer(secrets_every
         "deployments.Project:repo",
         "deployments.Deployment:project__secrets",
         "deployments.Worktree:workspace__repo",
-        "jobs.ApiToken:token_hash",
+        "access.ApiToken:token_hash",
         "auth.User:password",
         "jobs.Notification:recipient__password",
     } <= probed

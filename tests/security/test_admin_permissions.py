@@ -14,13 +14,14 @@ from django.utils import timezone
 
 from deployments.models import Deployment
 from deployments.services import deployment_cancel, deployment_create
-from jobs.models import ApiToken, Job, JobStatus
-from jobs.tokens import token_create
+from jobs.models import Job, JobStatus
+from project.access.models import ApiToken
+from project.access.tokens import token_create
 from tests.webhooks.test_admin import dead_delivery
 from webhooks import services as webhook_services
 from webhooks.models import Delivery, Endpoint, Event
 
-APPS = ("jobs", "webhooks", "deployments")
+APPS = ("jobs", "access", "webhooks", "deployments")
 URL = "https://93.184.215.14/hook"
 
 
@@ -68,9 +69,9 @@ CASES = [
     ("jobs/job", "retry_jobs", "jobs.retry_job", lambda mp: _job(JobStatus.DEAD), None),
     ("jobs/job", "cancel_jobs", "jobs.cancel_job", lambda mp: _job(JobStatus.QUEUED), None),
     (
-        "jobs/apitoken",
+        "access/apitoken",
         "revoke",
-        "jobs.revoke_apitoken",
+        "access.revoke_apitoken",
         lambda mp: token_create(name="ci")[0],
         lambda token: ApiToken.objects.get(pk=token.pk).revoked_at,
     ),
@@ -182,7 +183,7 @@ def test_a_view_only_user_sees_pages_but_no_secret(make_project):
         "/admin/webhooks/endpoint/",
         f"/admin/webhooks/endpoint/{endpoint.pk}/change/",
         f"/admin/webhooks/delivery/{delivery.pk}/change/",
-        "/admin/jobs/apitoken/",
+        "/admin/access/apitoken/",
     ):
         page = viewer.get(path)
         assert page.status_code == 200, path

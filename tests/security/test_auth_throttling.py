@@ -18,7 +18,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.test import Client
 
-from jobs.tokens import token_create
+from project.access.tokens import token_create
 from tests.processes import PYTHON, ROOT, WebServer
 
 ATTACKER, HONEST, CROWD = "203.0.113.7", "198.51.100.2", "203.0.113.99"

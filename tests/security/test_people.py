@@ -7,8 +7,9 @@ from django.core.management import CommandError, call_command
 from django.test import Client
 
 from deployments.models import Deployment, Environment
-from jobs.models import ApiToken, AuditLog
-from jobs.tokens import token_create
+from jobs.models import AuditLog
+from project.access.models import ApiToken
+from project.access.tokens import token_create
 from tests.api.conftest import Api, assert_error
 from tests.deployments.conftest import wait_for
 

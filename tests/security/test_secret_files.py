@@ -9,9 +9,9 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 
 from deployments.management.commands.seed_demo import demo_admin_password, demo_token
-from jobs.models import ApiToken, TokenScope
-from jobs.tokens import token_authenticate, token_revoke
 from project import secretfiles
+from project.access.models import ApiToken, TokenScope
+from project.access.tokens import token_authenticate, token_revoke
 from tests.processes import PYTHON, ROOT
 
 

@@ -4,11 +4,12 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
 from django.test import Client
 
-from jobs.models import ApiToken, AuditLog
-from jobs.tokens import token_create
+from jobs.models import AuditLog
+from project.access.models import ApiToken
+from project.access.tokens import token_create
 from tests.api.conftest import Api
 
-ADD_URL = "/admin/jobs/apitoken/add/"
+ADD_URL = "/admin/access/apitoken/add/"
 
 
 def staff(name: str, *codenames: str) -> tuple[Client, object]:
@@ -27,7 +28,7 @@ def test_the_admin_add_form_refuses_admin_scope_without_the_grant_permission(db)
     client, user = staff("adder", "add_apitoken", "view_apitoken")
     refused = add(client, "admin")
     assert refused.status_code == 200  # the form again, with its error
-    assert "jobs.grant_admin_token" in refused.content.decode()
+    assert "access.grant_admin_token" in refused.content.decode()
     assert not ApiToken.objects.filter(scope="admin").exists()
 
     made = add(client, "deploy")
@@ -44,9 +45,9 @@ def test_the_admin_add_form_refuses_admin_scope_without_the_grant_permission(db)
 def test_the_change_form_cannot_raise_a_token_to_admin_without_it(db):
     token, raw = token_create(name="ci", scope="deploy")
     client, _ = staff("changer", "change_apitoken", "view_apitoken")
-    url = f"/admin/jobs/apitoken/{token.pk}/change/"
+    url = f"/admin/access/apitoken/{token.pk}/change/"
     refused = client.post(url, {"name": "ci", "scope": "admin", "expires_at": ""})
-    assert refused.status_code == 200 and "jobs.grant_admin_token" in refused.content.decode()
+    assert refused.status_code == 200 and "access.grant_admin_token" in refused.content.decode()
     assert ApiToken.objects.get(pk=token.pk).scope == "deploy"
     assert Api(raw).get("/webhooks/endpoints").status_code == 403
 

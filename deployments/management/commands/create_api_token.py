@@ -6,8 +6,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from deployments.models import Project
-from jobs.models import TokenScope
-from jobs.tokens import token_create
+from project.access.models import TokenScope
+from project.access.tokens import token_create
 from project.env import parse_duration
 
 

@@ -8,9 +8,9 @@ from django.db import transaction
 from deployments.demo import DEMO_PROJECTS
 from deployments.models import Project
 from deployments.projects_as_code import apply_document
-from jobs.models import TokenScope
-from jobs.tokens import token_authenticate, token_create, token_known
 from project import env, secretfiles
+from project.access.models import TokenScope
+from project.access.tokens import token_authenticate, token_create, token_known
 
 
 def demo_admin_password() -> tuple[str, str]:

@@ -11,7 +11,9 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         actions = parser.add_subparsers(dest="action", required=True)
-        actions.add_parser("list", help="every declared queue: paused, limit, running, queued")
+        actions.add_parser(
+            "list", help="every declared queue: paused, limit, running, queued, dead letters"
+        )
         for action in ("pause", "resume"):
             sub = actions.add_parser(action, help=f"{action} queue NAME")
             sub.add_argument("name")
@@ -35,5 +37,5 @@ def _line(queue: dict) -> str:
     return (
         f"{queue['name']:<14} {'paused' if queue['paused'] else 'active':<7} "
         f"limit={limit if limit is not None else '-'} running={queue['running']} "
-        f"queued={queue['queued']}"
+        f"queued={queue['queued']} dead_letters={queue['dead_letters']}"
     )

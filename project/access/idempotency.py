@@ -20,7 +20,7 @@ from datetime import timedelta
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from jobs.models import ApiToken, IdempotencyKey
+from project.access.models import ApiToken, IdempotencyKey
 from project.constraints import violates
 
 KEY_RETENTION = timedelta(hours=24)

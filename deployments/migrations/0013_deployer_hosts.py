@@ -18,7 +18,7 @@ def assign_host(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-    dependencies = [("deployments", "0010_deploy_locks")]
+    dependencies = [("deployments", "0012_project_api_tokens_in_access")]
 
     operations = [
         migrations.AddField(

@@ -8,10 +8,11 @@ from datetime import datetime, timedelta
 from django.db.models import Q
 from django.utils import timezone
 
-from jobs.models import ApiToken, AuditLog, TokenScope
+from jobs.models import AuditLog
+from project.access.models import ApiToken, TokenScope
 
 TOKEN_PREFIX = "cvy_"
-GRANT_ADMIN_PERMISSION = "jobs.grant_admin_token"
+GRANT_ADMIN_PERMISSION = "access.grant_admin_token"
 # last_used_at is written at most this often per token, not on every request.
 LAST_USED_RESOLUTION = timedelta(minutes=1)
 
@@ -28,7 +29,7 @@ def may_grant(granter, scope: str) -> bool:
     """Whether ``granter`` may give a token ``scope``; ``None`` is the operator's shell.
 
     Admin scope reaches every project, the jobs and the webhooks, so only a user with
-    ``jobs.grant_admin_token`` (superusers have every permission) may hand it out.
+    ``access.grant_admin_token`` (superusers have every permission) may hand it out.
     """
     if scope != TokenScope.ADMIN or granter is None:
         return True

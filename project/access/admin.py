@@ -3,15 +3,16 @@
 A token made here acts for the user who makes it (``user``), so approvals with it are that
 person's and deactivating them stops it. Admin scope reaches every project, the jobs and
 the webhooks: choosing it, on the add form or the change form, needs
-``jobs.grant_admin_token``; the form validates the choice (``jobs.tokens.may_grant``), it
-does not merely hide it, and every change is audited by ``jobs.tokens``.
+``access.grant_admin_token``; the form validates the choice
+(``project.access.tokens.may_grant``), it does not merely hide it, and every change is
+audited by ``project.access.tokens``.
 """
 
 from django import forms
 from django.contrib import admin, messages
 
-from jobs import tokens
-from jobs.models import ApiToken, TokenScope
+from project.access import tokens
+from project.access.models import ApiToken, TokenScope
 from project.admin_base import ConveyorModelAdmin
 from project.admin_permissions import permission_check
 

@@ -3,7 +3,7 @@
 Buttons and JSON views ask ``allowed(user, action)``; the table maps an action to the same
 custom permission its admin action declares (``@admin.action(permissions=[...])`` with
 ``project.admin_permissions.permission_check``), so a button is allowed exactly when the
-action that does the same thing is.
+action that does the same thing is. It names every app's permissions, so it is no app's.
 """
 
 PERMISSIONS: dict[str, str] = {
@@ -12,6 +12,8 @@ PERMISSIONS: dict[str, str] = {
     "job.delete": "jobs.delete_job",
     "deployment.retry": "deployments.run_deployment",
     "deployment.cancel": "deployments.cancel_deployment",
+    "deployment.recover": "deployments.recover_deployment",
+    "environment.rollback": "deployments.run_deployment",  # as a deploy-scope token may
     "delivery.replay": "webhooks.replay_delivery",
     "endpoint.view": "webhooks.view_endpoint",
     "endpoint.operate": "webhooks.change_endpoint",

@@ -3,8 +3,8 @@
 from django.contrib.auth import authenticate
 from ninja.security import HttpBearer
 
-from jobs.models import ApiToken, TokenScope
-from jobs.tokens import token_authenticate
+from project.access.models import ApiToken, TokenScope
+from project.access.tokens import token_authenticate
 
 
 class BearerToken(HttpBearer):

@@ -1,0 +1,54 @@
+"""The job engine's models, one concern per module: jobs, audit, upkeep, counts, control, bulk."""
+
+from jobs.models.accounting import (
+    JobCount,
+    JobCountDelta,
+    JobMinuteStats,
+    JobTally,
+    JobTallyDelta,
+)
+from jobs.models.audit import AuditLog, Notification
+from jobs.models.bulk import BulkAction, BulkOperation, BulkStatus
+from jobs.models.control import LimitKeyState, QueueState, TaskState
+from jobs.models.job import (
+    DEAD_LETTER,
+    FINISHED,
+    MAX_BACKOFF_DOUBLINGS,
+    PENDING,
+    TRANSITIONS,
+    UNIQUE_CONSTRAINT,
+    UNIQUE_LIVE,
+    Job,
+    JobReason,
+    JobStatus,
+)
+from jobs.models.maintenance import MaintenanceLock, MaintenanceRun, WorkerHeartbeat
+
+__all__ = (
+    "DEAD_LETTER",
+    "FINISHED",
+    "MAX_BACKOFF_DOUBLINGS",
+    "PENDING",
+    "TRANSITIONS",
+    "UNIQUE_CONSTRAINT",
+    "UNIQUE_LIVE",
+    "AuditLog",
+    "BulkAction",
+    "BulkOperation",
+    "BulkStatus",
+    "Job",
+    "JobCount",
+    "JobCountDelta",
+    "JobMinuteStats",
+    "JobReason",
+    "JobStatus",
+    "JobTally",
+    "JobTallyDelta",
+    "LimitKeyState",
+    "MaintenanceLock",
+    "MaintenanceRun",
+    "Notification",
+    "QueueState",
+    "TaskState",
+    "WorkerHeartbeat",
+)
