@@ -7,6 +7,7 @@ from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
 from django.shortcuts import get_object_or_404, redirect
+from django.template.defaultfilters import filesizeformat
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 
@@ -23,6 +24,7 @@ from deployments.deploy_locks import current_lock
 from deployments.errors import DeploymentError
 from deployments.models import (
     FINISHED,
+    Deployer,
     Deployment,
     DeploymentStatus,
     Pipeline,
@@ -57,7 +59,14 @@ class PipelineInline(admin.TabularInline):
 
 @admin.register(Project)
 class ProjectAdmin(ConveyorModelAdmin):
-    list_display = ("slug", "name", "repository", "concurrency_policy", "default_environment")
+    list_display = (
+        "slug",
+        "name",
+        "repository",
+        "concurrency_policy",
+        "default_environment",
+        "runs_on",
+    )
     search_fields = ("slug", "name")  # never the repo URL: it may carry a password
     list_filter = ("concurrency_policy",)
     # Secret values are never shown; set them with apply_projects (from_env).
@@ -374,8 +383,25 @@ class WorktreeInline(admin.TabularInline):
 
 @admin.register(Workspace)
 class WorkspaceAdmin(ConveyorModelAdmin):
-    list_display = ("project", "repository", "path", "last_fetched_at", "last_fetch_error")
-    readonly_fields = ("project", "repository", "path", "last_fetched_at", "last_fetch_error")
+    list_display = (
+        "project",
+        "host",
+        "repository",
+        "path",
+        "last_fetched_at",
+        "last_fetch_error",
+        "gone_at",
+    )
+    list_filter = ("host",)
+    readonly_fields = (
+        "project",
+        "host",
+        "repository",
+        "path",
+        "last_fetched_at",
+        "last_fetch_error",
+        "gone_at",
+    )
     exclude = ("repo",)
 
     @admin.display(description="repo")
@@ -388,11 +414,39 @@ class WorkspaceAdmin(ConveyorModelAdmin):
         return False
 
 
+@admin.register(Deployer)
+class DeployerAdmin(ConveyorModelAdmin):
+    list_display = ("host", "tags", "free_disk", "last_seen_at", "gone_at", "workspaces_dir")
+    list_filter = (("gone_at", admin.EmptyFieldListFilter),)
+    readonly_fields = (
+        "host",
+        "tags",
+        "workspaces_dir",
+        "free_disk",
+        "started_at",
+        "last_seen_at",
+        "gone_at",
+    )
+    exclude = ("free_disk_bytes",)
+
+    @admin.display(description="free disk", ordering="free_disk_bytes")
+    def free_disk(self, deployer: Deployer) -> str:
+        return filesizeformat(deployer.free_disk_bytes) if deployer.free_disk_bytes else "–"
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+
 @admin.register(Worktree)
 class WorktreeAdmin(ConveyorModelAdmin):
-    list_display = ("commit_sha", "workspace", "path", "last_used_at", "prune_warning_at")
-    list_filter = ("workspace",)
+    list_display = ("commit_sha", "workspace", "host", "path", "last_used_at", "prune_warning_at")
+    list_filter = ("workspace__host", "workspace")
+    list_select_related = ("workspace",)
     readonly_fields = ("workspace", "commit_sha", "path", "created_at", "last_used_at")
+
+    @admin.display(description="host", ordering="workspace__host")
+    def host(self, worktree: Worktree) -> str:
+        return worktree.workspace.host
 
     def has_add_permission(self, request) -> bool:
         return False

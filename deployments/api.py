@@ -79,6 +79,12 @@ class DeploymentOut(Schema):
     health: HealthOut | None = Field(
         None, description="the health gate's verdict after a success (null: no gate)"
     )
+    waiting_for: str | None = Field(
+        None,
+        description="what a pending deployment waits for before it can run, e.g. a live "
+        "deployer host with its project's runs_on tags",
+    )
+    waiting_since: datetime | None = None
 
 
 class LogsOut(Schema):

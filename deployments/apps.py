@@ -7,7 +7,8 @@ class DeploymentsConfig(AppConfig):
 
     def ready(self) -> None:
         # receivers connects the job_dead handler; tasks registers deployments.run everywhere.
-        from deployments import conf, owners, receivers, tasks  # noqa: F401
+        from deployments import conf, deployers, owners, receivers, tasks  # noqa: F401
 
         conf.validate()
         owners.register()
+        deployers.register()

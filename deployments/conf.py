@@ -4,6 +4,7 @@ Each is declared once, with its default and purpose, in project/settings_registr
 in docs/configuration.md, Deployments) and read from Django settings at each call.
 """
 
+import re
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -18,6 +19,8 @@ LOG_CHUNK_BYTES = 64 * 1024
 LOG_FLUSH_SECONDS = 1.0
 # The runner extends the job lease and looks at the cancel flag this often while a step runs.
 HEARTBEAT_SECONDS = 1.0
+# A host identity becomes part of a queue name (deployments.host.<host>) and a directory name.
+HOST_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 
 
 @dataclass(frozen=True)
@@ -31,6 +34,10 @@ class DeploymentSettings:
     log_retention: timedelta
     approval_timeout: timedelta
     dora_failure_window: timedelta
+    deployer_host: str
+    deployer_tags: tuple[str, ...]
+    deployer_gone_after: timedelta
+    runs_on_wait: timedelta
 
 
 def get() -> DeploymentSettings:
@@ -45,7 +52,16 @@ def get() -> DeploymentSettings:
         log_retention=settings.CONVEYOR_LOG_RETENTION,
         approval_timeout=settings.CONVEYOR_APPROVAL_TIMEOUT,
         dora_failure_window=settings.CONVEYOR_DORA_FAILURE_WINDOW,
+        deployer_host=settings.CONVEYOR_DEPLOYER_HOST,
+        deployer_tags=parse_tags(settings.CONVEYOR_DEPLOYER_TAGS),
+        deployer_gone_after=settings.CONVEYOR_DEPLOYER_GONE_AFTER,
+        runs_on_wait=settings.CONVEYOR_RUNS_ON_WAIT,
     )
+
+
+def parse_tags(raw: str) -> tuple[str, ...]:
+    """Return the tags of a comma-separated list, stripped, lower-cased, sorted, unique."""
+    return tuple(sorted({tag.strip().lower() for tag in raw.split(",") if tag.strip()}))
 
 
 def validate() -> None:
@@ -54,6 +70,16 @@ def validate() -> None:
     env.at_least("CONVEYOR_DEPLOYMENT_TIMEOUT", conf.deployment_timeout, timedelta(seconds=1))
     env.at_least("CONVEYOR_DEPLOYMENT_WAIT", conf.wait, timedelta(seconds=1))
     env.at_least("CONVEYOR_APPROVAL_TIMEOUT", conf.approval_timeout, timedelta(minutes=1))
+    if not HOST_PATTERN.fullmatch(conf.deployer_host):
+        raise ImproperlyConfigured(
+            f"CONVEYOR_DEPLOYER_HOST: {conf.deployer_host!r} is not a host identity "
+            "(letters, digits, '.', '_', '-'; at most 100)"
+        )
+    env.at_least(
+        "CONVEYOR_DEPLOYER_GONE_AFTER",
+        conf.deployer_gone_after,
+        3 * settings.CONVEYOR_WORKER_HEARTBEAT,
+    )
     if conf.worktree_warning_lead >= conf.worktree_idle_threshold:
         raise ImproperlyConfigured(
             "CONVEYOR_WORKTREE_WARNING_LEAD must be shorter than CONVEYOR_WORKTREE_IDLE_THRESHOLD"

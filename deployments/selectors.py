@@ -57,6 +57,8 @@ def deployment_as_dict(deployment: Deployment) -> dict:
         "steps": deployment.steps,
         "duration_seconds": deployment_duration(deployment),
         "health": health_as_dict(deployment),
+        "waiting_for": deployment.waiting_for or None,
+        "waiting_since": deployment.waiting_since,
     }
 
 

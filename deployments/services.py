@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from django.db import transaction
 from django.utils import timezone
 
-from deployments import conf, creation, lifecycle, policy
+from deployments import conf, creation, lifecycle, policy, routing
 from deployments.creation import audit
 from deployments.errors import (
     DeploymentNotFound,
@@ -208,6 +208,9 @@ def deployment_claim(*, deployment_id: int, job: Job) -> Claim:
         deployment.refresh_from_db(fields=["status"])
         if deployment.status != S.PENDING:
             return Claim(None, deployment)
+        routed = _route(deployment, job)
+        if routed is not None:
+            return routed
         decision = policy.admit(deployment, deployment.project.concurrency_policy)
         if decision is Decision.WAIT:
             behind = policy.blocker(deployment)
@@ -225,6 +228,31 @@ def deployment_claim(*, deployment_id: int, job: Job) -> Claim:
             return Claim(None, deployment)
         running.project = deployment.project
         return Claim(decision, running)
+
+
+def _route(deployment: Deployment, job: Job) -> Claim | None:
+    """Apply ``runs_on`` (deployments.routing); None when the deployment may run here."""
+    decided = routing.decide(deployment)
+    if decided.route is routing.Route.HERE:
+        routing.clear_waiting(deployment)
+        return None
+    if decided.route is routing.Route.FAIL:
+        failed = lifecycle.fail_lost(
+            deployment.pk,
+            reason=FailureReason.NO_DEPLOYER,
+            error=f"waited {conf.get().runs_on_wait} for {decided.note}; none is live",
+            job_id=job.pk,
+        )
+        routing.stop_waiting(deployment)
+        return Claim(None, failed or deployment)
+    routing.note_waiting(deployment, decided.note)
+    if decided.route is routing.Route.MOVED:
+        routing.move_job(job, decided.host)
+        log_deployment("deployment.routed", deployment, host=decided.host)
+        job_snooze(job, seconds=routing.MOVE_DELAY_SECONDS, reason=f"routed to {decided.host}")
+    else:
+        job_snooze(job, seconds=wait_seconds(), reason="waiting for a deployer with its tags")
+    return Claim(Decision.WAIT, deployment)
 
 
 def _record_wait(deployment: Deployment, behind: Deployment | None) -> None:

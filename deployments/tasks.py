@@ -2,7 +2,9 @@
 
 from celery import shared_task
 
+from deployments import conf
 from deployments.runner import pipeline
+from jobs.errors import Permanent
 from jobs.maintenance import runs
 from jobs.task import JobContext, JobTask
 
@@ -39,18 +41,46 @@ def recover(ctx: JobContext) -> dict:
 
 @shared_task(name="maintenance.fetch_workspaces", ignore_result=True)
 def fetch_workspaces(force: bool = False) -> dict:
-    """Fetch every workspace on this host (see deployments.maintenance.fetch)."""
-    from deployments.maintenance.fetch import fetch_workspaces as fetch
+    """Start a fetch round on every live deployer host (see deployments.maintenance.hosts)."""
+    from deployments.maintenance.hosts import fan_out
 
-    return runs.run_task("fetch_workspaces", fetch, force=force)
+    return runs.run_task("fetch_workspaces", lambda: fan_out(FETCH_HOST), force=force)
 
 
 @shared_task(name="maintenance.prune_worktrees", ignore_result=True)
 def prune_worktrees(force: bool = False) -> dict:
-    """Warn about and remove idle worktrees (see deployments.maintenance.prune)."""
+    """Start a prune round on every live deployer host (see deployments.maintenance.hosts)."""
+    from deployments.maintenance.hosts import fan_out
+
+    return runs.run_task("prune_worktrees", lambda: fan_out(PRUNE_HOST), force=force)
+
+
+FETCH_HOST, PRUNE_HOST = "deployments.fetch_host", "deployments.prune_host"
+
+
+# Enqueued on deployments.host.<host>: only that host's deployers consume it.
+@shared_task(base=JobTask, name=FETCH_HOST, job_max_attempts=1)
+def fetch_host(ctx: JobContext) -> dict:
+    """Fetch this host's workspaces (see deployments.maintenance.fetch)."""
+    from deployments.maintenance.fetch import fetch_workspaces as fetch
+
+    return _host_round(ctx, "fetch_workspaces", fetch)
+
+
+@shared_task(base=JobTask, name=PRUNE_HOST, job_max_attempts=1)
+def prune_host(ctx: JobContext) -> dict:
+    """Warn about and remove this host's idle worktrees (see deployments.maintenance.prune)."""
     from deployments.maintenance.prune import prune_worktrees as prune
 
-    return runs.run_task("prune_worktrees", prune, force=force)
+    return _host_round(ctx, "prune_worktrees", prune)
+
+
+def _host_round(ctx: JobContext, runner: str, service) -> dict:
+    host = conf.get().deployer_host
+    if ctx.payload["host"] != host:  # a worker given another host's queue by hand
+        raise Permanent(f"this round is for host {ctx.payload['host']!r}, not {host!r}")
+    # Recorded as its own runner per host; the fan-out already keeps the pace.
+    return runs.run_task(f"{runner}@{host}", service, force=True)
 
 
 @shared_task(name="maintenance.purge_deployment_logs", ignore_result=True)

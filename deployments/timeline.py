@@ -39,6 +39,7 @@ from webhooks.models import DeliveryAttempt, Event
 KINDS = (
     "created",
     "waiting",
+    "waiting_for_deployer",
     "approved",
     "rejected",
     "released",
@@ -134,6 +135,9 @@ def deployment_timeline(deployment: Deployment, *, show_webhook_urls: bool = Fal
 
 
 def _event(d: Deployment, event: DeploymentEvent) -> dict:
+    if event.kind == DeploymentEvent.WAITING_FOR_DEPLOYER:
+        note = event.details.get("waiting_for", "")
+        return _entry(event.at, event.kind, f"waiting for {note}", waiting_for=note)
     if event.kind in ("healthy", "unhealthy"):
         reasons = event.details.get("reasons") or []
         return _entry(

@@ -1,25 +1,33 @@
 """Workspaces and worktrees: where a deployment's steps run, and at which commit.
 
-A project with a ``repo`` keeps one bare clone (its Workspace) under
-``CONVEYOR_WORKSPACES_DIR/<slug>/repo.git``. A deployment fetches it, resolves its ref to a
-commit (a retry reuses the commit of the deployment it retries) and runs in the git worktree
-of that commit, ``<slug>/worktrees/<sha>``, created once and reused by every deployment of
-the same commit. Acquire and release stamp ``last_used_at`` and clear ``prune_warning_at``.
+A project with a ``repo`` keeps one bare clone per deployer host (its Workspace row for
+``CONVEYOR_DEPLOYER_HOST``) under that host's ``CONVEYOR_WORKSPACES_DIR/<slug>/repo.git``.
+A deployment fetches it, resolves its ref to a commit (a retry reuses the commit of the
+deployment it retries) and runs in the git worktree of that commit,
+``<slug>/worktrees/<sha>``, created once and reused by every deployment of the same commit
+on that host. Acquire and release stamp ``last_used_at`` and clear ``prune_warning_at``.
 Tracked files of a reused worktree are reset to the commit unless another deployment is
 running in it; untracked files (build caches) are kept.
 
 A project without a repo runs in its ``workdir`` (default ``<slug>/workdir``).
+
+The clone's own ``origin`` (as its config on disk says) is checked against the project's
+``repo`` before every fetch and re-pointed when it differs, whatever the Workspace row says:
+a clone older than a change of repository (another host updated the row, a restored or
+reset database) must never fetch, and deploy, the old repository's code.
 
 Nothing under a workspace holds a repository password: the clone's ``origin`` is the URL
 without credentials, which git gets at fetch time (deployments/git.py); a clone made before
 that has its ``origin`` rewritten on its next fetch. The workspaces directory is 0700.
 
 Git work on one project is serialized by a file lock (``<slug>/.lock``) among the workers
-of one host; workspaces are per host, each worker host clones its own.
+of one host; workspaces are per host, each deployer host clones its own and has rows of its
+own, so its fetch and prune (deployments.maintenance) see exactly what is on its disk.
 """
 
 import contextlib
 import fcntl
+import logging
 import shutil
 import time
 from collections.abc import Callable, Iterator
@@ -34,6 +42,8 @@ from deployments.git import GitError, git, remote_url, resolve, url_credentials
 from deployments.models import ACTIVE, Deployment, FailureReason, Project, Workspace, Worktree
 from project.redaction import redact_url
 from project.secretfiles import private_dir
+
+logger = logging.getLogger("deployments.workspaces")
 
 WORKDIR_ERROR = FailureReason.WORKDIR_ERROR
 
@@ -108,7 +118,9 @@ def acquire(deployment: Deployment, *, keep_alive: Callable[[], None]) -> Checko
             worktree = _worktree(workspace, sha, deployment, keep_alive)
             _record_commit_time(workspace, sha, deployment)
     except GitError as exc:
-        Workspace.objects.filter(project=project).update(last_fetch_error=str(exc)[:2000])
+        Workspace.objects.filter(project=project, host=conf.get().deployer_host).update(
+            last_fetch_error=str(exc)[:2000]
+        )
         raise CheckoutError(str(exc)) from exc
     except OSError as exc:  # the workspaces directory itself (permissions, full disk)
         raise CheckoutError(f"workspace: {exc}", reason=WORKDIR_ERROR) from exc
@@ -126,7 +138,9 @@ def release(worktree: Worktree | None) -> None:
 def _workspace(project: Project, keep_alive) -> Workspace:
     repo_path = project_root(project) / "repo.git"
     workspace, _ = Workspace.objects.get_or_create(
-        project=project, defaults={"path": str(repo_path), "repo": project.repo}
+        project=project,
+        host=conf.get().deployer_host,
+        defaults={"path": str(repo_path), "repo": project.repo},
     )
     if not (repo_path / "HEAD").exists():
         if repo_path.exists():
@@ -141,12 +155,21 @@ def _workspace(project: Project, keep_alive) -> Workspace:
         workspace.path, workspace.repo = str(repo_path), project.repo
         _set_origin(workspace)  # a changed repo, or an older clone whose config kept a password
     workspace.path, workspace.repo, workspace.last_fetch_error = str(repo_path), project.repo, ""
+    workspace.gone_at = None  # its host is here, using it
     workspace.save()
     return workspace
 
 
 def fetch(workspace: Workspace, keep_alive: Callable[[], None] | None = None) -> None:
-    """Bring the workspace's branches and tags up to date with its remote."""
+    """Bring the workspace's branches and tags up to date with its project's repository.
+
+    The project's ``repo`` is read afresh (the row's copy may be stale) and the clone's
+    ``origin`` on disk re-pointed to it first.
+    """
+    repo = Project.objects.filter(pk=workspace.project_id).values_list("repo", flat=True).first()
+    if repo and repo != workspace.repo:
+        workspace.repo = repo
+        Workspace.objects.filter(pk=workspace.pk).update(repo=repo)
     _set_origin(workspace)
     git(
         "fetch", "--quiet", "--prune", "--force", "--tags", "origin",
@@ -171,6 +194,15 @@ def _set_origin(workspace: Workspace) -> None:
     except GitError:
         current = None
     if current != wanted:
+        if current is not None:
+            logger.warning(
+                "workspace.origin_repointed",
+                extra={
+                    "path": workspace.path,
+                    "was": redact_url(current),
+                    "now": redact_url(workspace.repo),
+                },
+            )
         git("remote", "set-url", "origin", wanted, cwd=workspace.path)
 
 

@@ -79,10 +79,10 @@ def validate() -> None:
         raise ImproperlyConfigured(
             "the broker's visibility_timeout must be 4x CONVEYOR_RETRY_BACKOFF_MAX"
         )
-    from project.celery import QUEUES, django_task_queues
+    from project.celery import is_declared
 
     for name in conf.queue_concurrency:
-        if name not in QUEUES + django_task_queues():
+        if not is_declared(name):
             raise ImproperlyConfigured(
                 f"CONVEYOR_QUEUE_CONCURRENCY: {name!r} is not a declared queue"
             )

@@ -7,14 +7,17 @@ shows a worker not seen for three intervals as gone, and what each live worker i
 from the job rows it holds (``locked_by`` starts with its node name). After each beat the
 thread offers to run the ``account_jobs`` maintenance runner (``jobs.maintenance.accounting``:
 fold the job count deltas, refresh the minute rollup), at most once per half interval across
-all workers. A failed write or run is logged and tried again on the next beat: the heartbeat
-must never take a worker down.
+all workers. An app adds work to every beat with ``on_beat(hook)`` (the deployments app keeps
+its Deployer rows so): each hook gets the worker's description (name, queues, pool,
+concurrency, started_at). A failed write, run or hook is logged and tried again on the next
+beat: the heartbeat must never take a worker down.
 """
 
 import logging
 import os
 import socket
 import threading
+from collections.abc import Callable
 from datetime import timedelta
 
 from celery import signals
@@ -33,6 +36,12 @@ GONE_AFTER_BEATS = 3
 FORGET_AFTER = timedelta(days=1)
 
 _state: dict[str, object] = {"thread": None, "stop": None, "name": None}
+_hooks: dict[str, Callable[[dict], None]] = {}
+
+
+def on_beat(hook: Callable[[dict], None], *, name: str) -> None:
+    """Call ``hook(worker description)`` after each beat of every worker (once per ``name``)."""
+    _hooks[name] = hook
 
 
 def interval() -> timedelta:
@@ -70,10 +79,19 @@ def _loop(stop: threading.Event, info: dict) -> None:
             beat(**info)
         except Exception:
             logger.exception("worker.heartbeat_failed", extra={"worker": info["name"]})
+        _run_hooks(info)
         _account()
         if stop.wait(interval().total_seconds()):
             break
     connection.close()
+
+
+def _run_hooks(info: dict) -> None:
+    for name, hook in list(_hooks.items()):
+        try:
+            hook(info)
+        except Exception:
+            logger.exception("worker.beat_hook_failed", extra={"hook": name})
 
 
 def _account() -> None:

@@ -1,7 +1,9 @@
 """Queues as operators see them: the declared ones, pause and resume, use and limits.
 
 A queue is declared by project.celery (Conveyor's own queues and those ``TASKS`` entries on
-Conveyor's backend name). Its state is a ``QueueState`` row:
+Conveyor's backend name), or provided by an app at run time (``add_provider``: the
+deployments app provides each live deployer host's ``deployments.host.<host>``). Its state is
+a ``QueueState`` row:
 
 * ``pause(name)`` stops every claim of the queue's jobs: it locks the row the claim reads in
   the same statement (jobs.statements), so when it returns no job of the queue starts
@@ -14,6 +16,7 @@ Both are recorded in the AuditLog (``queue.pause`` / ``queue.resume``). A queue'
 """
 
 import logging
+from collections.abc import Callable, Iterable
 
 from celery import signals
 from django.db import close_old_connections
@@ -32,15 +35,27 @@ class UnknownQueue(LookupError):
     """No queue of that name is declared."""
 
 
+_providers: dict[str, Callable[[], Iterable[str]]] = {}
+
+
+def add_provider(provider: Callable[[], Iterable[str]], *, name: str) -> None:
+    """Declare the queues ``provider()`` names at each call (queues that come and go)."""
+    _providers[name] = provider
+
+
 def declared() -> tuple[str, ...]:
-    """Return the names of every declared queue, Conveyor's own first."""
+    """Return the names of every declared queue, Conveyor's own first, then provided ones."""
     from project.celery import QUEUES, django_task_queues
 
-    return QUEUES + django_task_queues()
+    static = QUEUES + django_task_queues()
+    provided = [q for provider in _providers.values() for q in provider() if q not in static]
+    return static + tuple(dict.fromkeys(provided))
 
 
 def _require_declared(name: str) -> None:
-    if name not in declared():
+    from project.celery import is_declared
+
+    if not is_declared(name):
         raise UnknownQueue(f"no queue named {name!r} is declared")
 
 

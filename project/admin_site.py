@@ -29,6 +29,7 @@ DASHBOARD_PARTS = (
     "tasks",
     "chart",
     "workers",
+    "deployers",  # deployer hosts
     "deployments",
     "approvals",  # deployments waiting for approval
     "maintenance",

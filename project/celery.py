@@ -13,6 +13,16 @@ app = Celery("conveyor")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 
 QUEUES = ("default", "deployments", "webhooks", "maintenance")
+# Queues named at run time: each deployer host consumes its own ``deployments.host.<host>``
+# (deployments.deployers adds it when the worker starts). Jobs and settings may name them.
+QUEUE_FAMILIES = ("deployments.host.",)
+
+
+def is_declared(name: str) -> bool:
+    """Return whether ``name`` is a declared queue or one of a declared family."""
+    return name in QUEUES + django_task_queues() or (
+        name.startswith(QUEUE_FAMILIES) and not name.endswith(".")
+    )
 
 
 def django_task_queues() -> tuple[str, ...]:

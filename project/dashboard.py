@@ -1,5 +1,5 @@
-"""What the operator's dashboard shows: queues, throughput, workers, deployments in flight
-and waiting for approval.
+"""What the operator's dashboard shows: queues, throughput, workers, deployer hosts,
+deployments in flight and waiting for approval.
 
 Every figure is read from the database (and the broker's own queue lengths) when the page is
 drawn, so every web process shows the same numbers; each comes with the admin list it counts.
@@ -11,11 +11,22 @@ import logging
 from datetime import timedelta
 from urllib.parse import urlencode
 
+from django.db.models import Count
 from django.urls import reverse
 from django.utils import timezone
 
+from deployments import conf as deployments_conf
 from deployments.approval_status import waiting_for_approval
-from deployments.models import ACTIVE, Deployment, DeploymentStatus, StepRun, StepStatus
+from deployments.models import (
+    ACTIVE,
+    Deployer,
+    Deployment,
+    DeploymentStatus,
+    StepRun,
+    StepStatus,
+    Workspace,
+    Worktree,
+)
 from jobs import heartbeat, limits, task_states
 from jobs.accounting import counts, queues, stats, tallies
 from jobs.accounting.rollup import OWNER_FAILED
@@ -163,6 +174,42 @@ def worker_rows(now=None) -> list[dict]:
     return rows
 
 
+def deployer_rows(now=None) -> list[dict]:
+    """Every deployer host: live or gone, its tags, free disk, workspaces and worktrees."""
+    now = now or timezone.now()
+    cutoff = now - deployments_conf.get().deployer_gone_after
+    spaces = dict(
+        Workspace.objects.order_by()
+        .values_list("host")
+        .annotate(n=Count("pk"))
+        .values_list("host", "n")
+    )
+    trees = dict(
+        Worktree.objects.order_by()
+        .values_list("workspace__host")
+        .annotate(n=Count("pk"))
+        .values_list("workspace__host", "n")
+    )
+    rows = []
+    for deployer in Deployer.objects.order_by("host")[:200]:
+        gone = deployer.gone_at is not None or deployer.last_seen_at < cutoff
+        rows.append(
+            {
+                "deployer": deployer,
+                "alive": not gone,
+                "state": "gone" if gone else "alive",
+                "seen_ago": (now - deployer.last_seen_at).total_seconds(),
+                "workspaces": spaces.get(deployer.host, 0),
+                "worktrees": trees.get(deployer.host, 0),
+                "workspaces_url": reverse("admin:deployments_workspace_changelist")
+                + "?"
+                + urlencode({"host": deployer.host}),
+            }
+        )
+    rows.sort(key=lambda r: (not r["alive"], r["deployer"].host))
+    return rows
+
+
 def deployments_in_flight(now=None) -> list[dict]:
     """Running, cancelling and pending deployments with their current step and elapsed time."""
     now = now or timezone.now()
@@ -214,6 +261,7 @@ def dashboard(range_name: str = "1h") -> dict:
         "tasks": task_rows(),
         "chart": throughput(range_name, now),
         "workers": worker_rows(now),
+        "deployers": deployer_rows(now),
         "deployments": deployments_in_flight(now),
         "waiting_approval": waiting_for_approval(now),
         "maintenance": maintenance_runs(),

@@ -10,6 +10,7 @@ default that follows from another setting is a function of the values read befor
 ``shown`` saying in words what it is.
 """
 
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -144,6 +145,31 @@ SETTINGS: tuple[Setting, ...] = (
         lambda values: str(values["CONVEYOR_VAR_DIR"] / "workspaces"),
         "git clones and worktrees",
         shown="var/workspaces",
+    ),
+    _s(
+        "CONVEYOR_DEPLOYER_HOST",
+        "string",
+        lambda values: socket.gethostname(),
+        "this deployer's host identity: its workspace rows and its queue deployments.host.<host>",
+        shown="the machine's host name",
+    ),
+    _s(
+        "CONVEYOR_DEPLOYER_TAGS",
+        "string",
+        "",
+        "comma-separated tags of this deployer host, matched by a project's runs_on",
+    ),
+    _s(
+        "CONVEYOR_DEPLOYER_GONE_AFTER",
+        "duration",
+        "2m",
+        "a deployer host not seen this long is marked gone, with its workspaces",
+    ),
+    _s(
+        "CONVEYOR_RUNS_ON_WAIT",
+        "duration",
+        "10m",
+        "how long a deployment waits for a live deployer with its runs_on tags (then no_deployer)",
     ),
     _s("CONVEYOR_STOP_GRACE", "duration", "10s", "SIGTERM to SIGKILL when a step is stopped"),
     _s("CONVEYOR_DEPLOYMENT_TIMEOUT", "duration", "1h", "a project's timeout when it sets none"),

@@ -45,7 +45,11 @@ def purge_broker():
             for queue in QUEUES:
                 channel.queue_purge(queue)
             client = getattr(channel, "client", None)
-            if client is not None:  # Redis keeps unacknowledged and delayed messages aside
+            if client is not None:
+                # Deployer hosts' own queues (deployments.host.<host>) are lists named so.
+                for key in client.keys("deployments.host.*"):
+                    client.delete(key)
+                # Redis keeps unacknowledged and delayed messages aside
                 client.delete("unacked", "unacked_index", "unacked_mutex")
 
     purge()

@@ -1,10 +1,12 @@
 """Workspace fetch: keep every project's clone up to date with its remote.
 
-For each Workspace cloned on this host, runs ``git fetch --prune`` of branches and tags
-under the project's git lock (a workspace busy with a checkout is skipped this round). A
-failure is recorded in ``last_fetch_error`` and announced once as ``workspace.sync_failed``
-(to staff, in-app and webhooks) when a healthy workspace starts failing; the next success
-clears it. Deployments fetch for themselves too, so this only keeps refs fresh between them.
+For each Workspace row of this deployer host (``CONVEYOR_DEPLOYER_HOST``; each host runs
+its own round, deployments.deployers routes it there), runs ``git fetch --prune`` of
+branches and tags under the project's git lock (a workspace busy with a checkout is
+skipped this round). A failure is recorded in ``last_fetch_error`` and announced once as
+``workspace.sync_failed`` (to staff, in-app and webhooks) when a healthy workspace starts
+failing; the next success clears it. Deployments fetch for themselves too, so this only
+keeps refs fresh between them.
 
 Runs every ``CONVEYOR_WORKSPACE_FETCH_INTERVAL`` (default 5m). Logs one
 ``maintenance.workspace_fetch`` line.
@@ -16,6 +18,7 @@ from pathlib import Path
 
 from django.db import transaction
 
+from deployments import conf
 from deployments.git import GitError
 from deployments.maintenance.notices import announce_to_staff
 from deployments.models import Workspace
@@ -33,11 +36,12 @@ class FetchResult:
 
 
 def fetch_workspaces() -> FetchResult:
-    """Fetch every workspace present on this host; return the counts."""
+    """Fetch every workspace of this host; return the counts."""
     fetched = failed = skipped = 0
-    for workspace in Workspace.objects.select_related("project").order_by("pk"):
+    rows = Workspace.objects.filter(host=conf.get().deployer_host)
+    for workspace in rows.select_related("project").order_by("pk"):
         if not (Path(workspace.path) / "HEAD").exists():
-            skipped += 1  # cloned on another host, or not yet
+            skipped += 1  # not cloned yet, or its directory was removed
             continue
         try:
             with project_lock(workspace.project, wait=False):

@@ -8,6 +8,10 @@ row deleted) with a ``worktree.pruned`` notice. Using a worktree (a deployment a
 releasing it) clears the warning, so a warned worktree that is used again is kept. A
 worktree a running deployment uses is never removed.
 
+Each deployer host prunes only the worktrees of its own workspaces (``CONVEYOR_DEPLOYER_HOST``;
+deployments.deployers routes a round to every live host), so a worktree used on one host
+never keeps another host's copy of the same commit alive.
+
 Runs every ``CONVEYOR_WORKTREE_PRUNE_INTERVAL`` (default 24h). Logs one
 ``maintenance.worktree_prune`` line.
 """
@@ -37,7 +41,7 @@ class PruneResult:
     pruned: int = 0
     kept_in_use: int = 0
     skipped_busy: int = 0
-    skipped_elsewhere: int = 0  # the workspace is not on this host
+    skipped_elsewhere: int = 0  # the clone is missing from this host's disk
 
 
 def _notice(worktree: Worktree, **extra) -> dict:
@@ -56,7 +60,7 @@ def prune_worktrees(now: datetime | None = None) -> PruneResult:
     options = conf.get()
     threshold, lead = options.worktree_idle_threshold, options.worktree_warning_lead
     warned = _warn(now, threshold, lead)
-    candidates = Worktree.objects.select_related("workspace__project").filter(
+    candidates = _this_host().filter(
         prune_warning_at__isnull=False,
         prune_warning_at__lte=now - lead,
         last_used_at__lt=now - threshold,
@@ -84,8 +88,14 @@ def prune_worktrees(now: datetime | None = None) -> PruneResult:
     return result
 
 
+def _this_host():
+    return Worktree.objects.select_related("workspace__project").filter(
+        workspace__host=conf.get().deployer_host
+    )
+
+
 def _warn(now, threshold, lead) -> int:
-    soon_idle = Worktree.objects.select_related("workspace__project").filter(
+    soon_idle = _this_host().filter(
         prune_warning_at__isnull=True, last_used_at__lt=now - (threshold - lead)
     )[:BATCH_SIZE]
     count = 0

@@ -28,7 +28,7 @@ from deployments.models.projects import (
     Project,
     Step,
 )
-from deployments.models.workspaces import Workspace, Worktree
+from deployments.models.workspaces import Deployer, Workspace, Worktree
 
 __all__ = (
     "ACTIVE",
@@ -39,6 +39,7 @@ __all__ = (
     "ApprovalDecision",
     "ConcurrencyPolicy",
     "DeployLock",
+    "Deployer",
     "Deployment",
     "DeploymentEvent",
     "DeploymentStatus",

@@ -66,6 +66,7 @@ class FailureReason(models.TextChoices):
     SUPERSEDED = "superseded", "Superseded by a newer deployment"
     REJECTED = "rejected", "An approver rejected it"
     APPROVAL_EXPIRED = "approval_expired", "Not approved in time"
+    NO_DEPLOYER = "no_deployer", "No live deployer host has its project's runs_on tags"
 
 
 class Deployment(models.Model):
@@ -92,6 +93,10 @@ class Deployment(models.Model):
         max_length=32, choices=FailureReason.choices, blank=True, default=""
     )
     error = models.TextField(blank=True, default="", help_text="what went wrong, for operators")
+    waiting_for = models.CharField(
+        max_length=300, blank=True, default="", help_text="what it waits for before it can run"
+    )
+    waiting_since = models.DateTimeField(null=True, blank=True)
     retry_of = models.ForeignKey(
         "self", on_delete=models.SET_NULL, null=True, blank=True, related_name="retries"
     )
@@ -260,6 +265,8 @@ class DeploymentEvent(models.Model):
 
     WAITING = "waiting"
     RELEASED = "released"  # approved enough: moved from waiting_approval to pending
+    # runs_on: waiting for, or routed to, a deployer host with its tags (deployments.routing)
+    WAITING_FOR_DEPLOYER = "waiting_for_deployer"
 
     deployment = models.ForeignKey(Deployment, on_delete=models.CASCADE, related_name="events")
     kind = models.CharField(max_length=32)

@@ -1,5 +1,8 @@
 """What operators configure: a Project, its Pipelines and their ordered Steps."""
 
+import re
+
+from django.core.exceptions import ValidationError
 from django.core.validators import RegexValidator
 from django.db import models
 
@@ -23,6 +26,19 @@ def canonical_environment(name: object) -> object:
     if not isinstance(name, str):
         return name
     return "".join(c.lower() if "A" <= c <= "Z" else c for c in name)
+
+
+TAG_PATTERN = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
+
+
+def validate_tags(value: object) -> None:
+    """Refuse a ``runs_on`` that is not a list of lower-case tags."""
+    if not isinstance(value, list) or not all(
+        isinstance(tag, str) and TAG_PATTERN.fullmatch(tag) for tag in value
+    ):
+        raise ValidationError(
+            "a list of lower-case tags (letters, digits, '.', '_', '-'), e.g. [\"linux\", \"gpu\"]"
+        )
 
 
 class EnvironmentNameField(models.CharField):
@@ -91,6 +107,13 @@ class Project(models.Model):
     strict_environments = models.BooleanField(
         default=False,
         help_text="accept deployments only to the environments declared for this project",
+    )
+    runs_on = models.JSONField(
+        default=list,
+        blank=True,
+        validators=[validate_tags],
+        help_text="tags a deployer host must all have to run this project's deployments, "
+        'e.g. ["linux", "gpu"]',
     )
     api_tokens = models.ManyToManyField(
         "access.ApiToken",

@@ -1,4 +1,5 @@
-"""A project's git clone (Workspace) and the per-commit checkouts made from it (Worktree)."""
+"""Deployer hosts (Deployer), a project's git clone on each (Workspace) and the per-commit
+checkouts made from it (Worktree)."""
 
 from django.db import models
 
@@ -8,18 +9,58 @@ from project.secret_fields import secret_fields
 
 @secret_fields("repo")
 class Workspace(models.Model):
-    """A bare clone of a project's repo under ``CONVEYOR_WORKSPACES_DIR``."""
+    """A bare clone of a project's repo under one deployer host's ``CONVEYOR_WORKSPACES_DIR``.
 
-    project = models.OneToOneField(Project, on_delete=models.CASCADE, related_name="workspace")
+    One per (project, host): each deployer host clones its own copy on its own disk, and
+    fetches and prunes only its own rows. ``gone_at`` is stamped when the host is marked
+    gone (its rows are kept, so an operator sees what that disk held), cleared when it is
+    used again.
+    """
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="workspaces")
+    host = models.CharField(max_length=100, help_text="the deployer host holding this clone")
     path = models.CharField(max_length=500)
     repo = models.CharField(max_length=500, help_text="the remote it was cloned from")
     last_fetched_at = models.DateTimeField(null=True, blank=True)
     last_fetch_error = models.TextField(blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
+    gone_at = models.DateTimeField(null=True, blank=True, help_text="when its host was marked gone")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["project", "host"], name="workspace_project_host_unique"
+            )
+        ]
+        indexes = [models.Index(fields=["host"], name="workspace_host_idx")]
 
     def __str__(self) -> str:
-        return f"workspace of {self.project_id}"
+        return f"workspace of {self.project_id} on {self.host}"
+
+
+class Deployer(models.Model):
+    """A deployer host: a worker host consuming the ``deployments`` queue.
+
+    Written by each deployer worker's heartbeat (deployments.deployers): its tags, the free
+    disk of its workspaces directory, ``last_seen_at``. A host not seen for
+    ``CONVEYOR_DEPLOYER_GONE_AFTER`` gets ``gone_at`` (and so do its workspaces); its next
+    beat clears it.
+    """
+
+    host = models.CharField(max_length=100, unique=True)
+    tags = models.JSONField(default=list, blank=True)
+    workspaces_dir = models.CharField(max_length=500, blank=True, default="")
+    free_disk_bytes = models.BigIntegerField(null=True, blank=True)
+    started_at = models.DateTimeField()
+    last_seen_at = models.DateTimeField()
+    gone_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["last_seen_at"], name="deployer_seen_idx")]
+
+    def __str__(self) -> str:
+        return self.host
 
 
 class Worktree(models.Model):

@@ -9,6 +9,7 @@ The document::
         workdir: /srv/web               # absolute; only without repo
         default_environment: production   # environment names are folded to lower case
         strict_environments: true       # deploy only to the environments declared below
+        runs_on: [linux, gpu]           # only on a live deployer host having every tag
         default_pipeline: default
         concurrency: queue              # queue | supersede | cancel_in_progress
         deployment_timeout: 1h          # seconds or 30s, 5m, 1h, 1d
@@ -40,6 +41,7 @@ from pathlib import Path
 import yaml
 
 from deployments.models import ConcurrencyPolicy
+from deployments.models.projects import TAG_PATTERN
 from deployments.projects_as_code.environments import EnvironmentSpec, parse_environments
 from deployments.runner.masking import MIN_SECRET_LENGTH
 from deployments.validation import NAME, clean_environment, matches
@@ -51,8 +53,9 @@ ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 PROJECT_KEYS = {
     "slug", "name", "repo", "workdir", "default_environment", "default_pipeline",
     "concurrency", "deployment_timeout", "stop_grace", "env", "secrets", "pipelines",
-    "environments", "strict_environments",
+    "environments", "strict_environments", "runs_on",
 }  # fmt: skip
+TAG = TAG_PATTERN
 PIPELINE_KEYS = {"name", "description", "steps"}
 STEP_KEYS = {"name", "command", "timeout", "env", "continue_on_error"}
 MAX_STEPS = 100
@@ -179,6 +182,7 @@ def _project(raw: object, index: int, errors: list[str]) -> ProjectSpec | None:
             _name(raw, "default_environment", "production", where, errors)
         ),
         "strict_environments": _flag(raw, "strict_environments", where, errors),
+        "runs_on": _tags(raw.get("runs_on"), f"{where}.runs_on", errors),
         "default_pipeline": _name(raw, "default_pipeline", "default", where, errors),
         "concurrency_policy": concurrency,
         # None: CONVEYOR_DEPLOYMENT_TIMEOUT, filled in when the document is applied.
@@ -219,6 +223,22 @@ def _text(raw: dict, key: str, where: str, errors: list[str]) -> str:
         errors.append(f"{where}.{key}: must be a string")
         return ""
     return value.strip()
+
+
+def _tags(raw: object, where: str, errors: list[str]) -> list[str]:
+    """A list of deployer tags (folded to lower case, sorted, unique); omitted: none."""
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        errors.append(f"{where}: must be a list of tags, e.g. [linux, gpu]")
+        return []
+    tags = set()
+    for tag in raw:
+        if not isinstance(tag, str) or not matches(TAG, tag.lower()):
+            errors.append(f"{where}: {tag!r} is not a tag (letters, digits, '.', '_', '-')")
+        else:
+            tags.add(tag.lower())
+    return sorted(tags)
 
 
 def _flag(raw: dict, key: str, where: str, errors: list[str]) -> bool:

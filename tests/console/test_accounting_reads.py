@@ -127,6 +127,7 @@ def test_the_dashboard_refresh_is_json_that_agrees_with_the_table(admin_user, jo
         "dashboard-tasks",
         "dashboard-chart",
         "dashboard-workers",
+        "dashboard-deployers",
         "dashboard-deployments",
         "dashboard-approvals",
         "dashboard-maintenance",

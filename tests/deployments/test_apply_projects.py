@@ -191,3 +191,28 @@ def test_a_secret_shorter_than_the_minimum_is_refused_without_showing_it(db, tmp
     assert "projects[tiny].secrets.PIN: a secret needs at least 8 characters (got 4)" in message
     assert "k9Zq" not in message and "OK" not in message.split("PIN", 1)[1]
     assert not Project.objects.exists()
+
+
+def test_runs_on_is_applied_as_lower_case_tags_and_a_bad_one_is_rejected(db, tmp_path):
+    document = {"projects": [{"slug": "ml", "runs_on": ["GPU", "linux", "gpu"]}]}
+    apply_file(tmp_path, document)
+    assert Project.objects.get(slug="ml").runs_on == ["gpu", "linux"]
+    document["projects"][0]["runs_on"] = []
+    apply_file(tmp_path, document)
+    assert Project.objects.get(slug="ml").runs_on == []
+    for bad, expected in (("gpu", "must be a list of tags"), (["a b"], "'a b' is not a tag")):
+        document["projects"][0]["runs_on"] = bad
+        with pytest.raises(CommandError) as raised:
+            apply_file(tmp_path, document)
+        assert f"projects[ml].runs_on: {expected}" in str(raised.value)
+
+
+def test_the_model_refuses_a_runs_on_that_is_not_a_list_of_tags(db):
+    from django.core.exceptions import ValidationError
+
+    project = Project(slug="ml", name="ML", runs_on=["gpu", "linux"])
+    project.full_clean()
+    for bad in ("gpu", ["GPU"], [1], ["a b"]):
+        project.runs_on = bad
+        with pytest.raises(ValidationError):
+            project.full_clean()

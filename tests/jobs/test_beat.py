@@ -25,6 +25,15 @@ pytestmark = pytest.mark.slow
 MAINTENANCE = "maintenance"
 
 
+def with_host_rounds(settings, queues: str) -> str:
+    """``queues`` and this host's own deployer queue, where beat's fetch and prune rounds go.
+
+    Fetch and prune run on each deployer host (deployments.maintenance.hosts); the worker
+    consumes only its host's queue, not ``deployments``, so the checkouts run no deployment.
+    """
+    return f"{queues},deployments.host.{settings.CONVEYOR_DEPLOYER_HOST}"
+
+
 @pytest.fixture
 def start_beat(worker_env):
     started: list[Beat] = []
@@ -141,16 +150,17 @@ def test_webhooks_off_a_fetch_failure_notifies_in_app_and_enqueues_no_delivery(
     endpoint("http://127.0.0.1:9/hook")
     schedule("fetch_workspaces", 2)
     env = {"CONVEYOR_WEBHOOKS_ENABLED": "false", **workspaces_env(settings)}
-    start_worker(queues="maintenance,webhooks,default", env=env)
+    start_worker(queues=with_host_rounds(settings, "maintenance,webhooks,default"), env=env)
     start_beat()
     wait_until(
         lambda: Notification.objects.filter(topic="workspace.sync_failed").count() == len(staff),
         timeout=60,
         message="the in-app notice to each staff user",
     )
-    first = runs_of("fetch_workspaces").first()
+    here = f"fetch_workspaces@{settings.CONVEYOR_DEPLOYER_HOST}"  # this host's rounds
+    first = runs_of(here).first()
     wait_until(
-        lambda: runs_of("fetch_workspaces").filter(started_at__gt=first.finished_at).count() >= 2,
+        lambda: runs_of(here).filter(started_at__gt=first.finished_at).count() >= 2,
         timeout=30,
         message="two more fetch rounds",
     )
@@ -169,7 +179,9 @@ def test_webhooks_on_an_unreachable_url_retries_then_one_dead_delivery_and_every
     hook = endpoint(f"http://127.0.0.1:{free_port()}/hook")
     schedule("fetch_workspaces", 2)
     env = {**WEBHOOK_ENV, "CONVEYOR_WEBHOOK_MAX_ATTEMPTS": "3", **workspaces_env(settings)}
-    worker = start_worker(queues="maintenance,webhooks,default", env=env)
+    worker = start_worker(
+        queues=with_host_rounds(settings, "maintenance,webhooks,default"), env=env
+    )
     start_beat()
     delivery = wait_until(
         lambda: Delivery.objects.filter(endpoint=hook, status=DeliveryStatus.DEAD).first(),
@@ -192,7 +204,7 @@ def test_prune_warns_a_reuse_clears_the_warning_and_then_the_worktree_is_removed
     project = make_project(repo=str(git_repo))
     tree = checkout(project)
     schedule("prune_worktrees", 2)
-    start_worker(queues=MAINTENANCE, env=workspaces_env(settings))
+    start_worker(queues=with_host_rounds(settings, MAINTENANCE), env=workspaces_env(settings))
     start_beat()
 
     # Seed step: last used 28 days ago (threshold 30d, warning lead 72h) -> warned.

@@ -116,7 +116,10 @@ def test_an_older_clone_whose_config_kept_the_password_is_rewritten_on_fetch(
     clone.parent.mkdir(parents=True)
     run_git(tmp_path, "clone", "--bare", "--quiet", url, str(clone))  # as releases before did
     assert TOKEN in (clone / "config").read_text()
-    Workspace.objects.create(project=project, path=str(clone), repo=url)
+    # This host's row (CONVEYOR_DEPLOYER_HOST): each host fetches only its own.
+    Workspace.objects.create(
+        project=project, host=settings.CONVEYOR_DEPLOYER_HOST, path=str(clone), repo=url
+    )
     authorized.clear()
 
     assert fetch_workspaces().fetched == 1
