@@ -154,7 +154,7 @@ def _cancelled_meanwhile(
     with transaction.atomic():
         done = statements.end(job, ending(cancelled, lease_expired_before=lease_expired_before))
         if done is None:
-            log_job("job.outcome_lost", job, status=decision.status, reason=decision.reason)
+            log_job("job.outcome_lost", job, status=decision.status, reason=decision.reason or "")
             return None
         _announce(done, cancelled)
         _ring_if_limited(done)

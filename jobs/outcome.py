@@ -86,7 +86,7 @@ class Event:
 @dataclass(frozen=True)
 class Decision:
     status: JobStatus
-    reason: str = ""
+    reason: JobReason | None = None  # None: succeeded (a success has no reason)
     run_after: datetime | None = None
     refund: bool = False  # the attempt is given back (snooze, graceful shutdown)
     error: dict | None = None
