@@ -70,7 +70,7 @@ def publish(jobs: Iterable[Job]) -> int:
     from project.celery import app
 
     sent = 0
-    broker_errors = _broker_errors(app)
+    errors = broker_errors(app)
     try:
         with app.producer_or_acquire() as producer:
             for task, queue, ids, countdown in messages(jobs):
@@ -84,13 +84,13 @@ def publish(jobs: Iterable[Job]) -> int:
                     retry_policy=PUBLISH_RETRY_POLICY,
                 )
                 sent += len(ids) if isinstance(ids, list) else 1
-    except broker_errors as exc:  # the sweeper re-sends whatever did not go out
+    except errors as exc:  # the sweeper re-sends whatever did not go out
         logger.warning("job.publish_failed", extra={"error": repr(exc), "published": sent})
     return sent
 
 
 @cache
-def _broker_errors(app) -> tuple[type[BaseException], ...]:
+def broker_errors(app) -> tuple[type[BaseException], ...]:
     """What a broker that is away or refusing raises, for this transport (kombu's own lists).
 
     Anything else a publish raises is a bug and propagates.

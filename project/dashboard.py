@@ -8,6 +8,7 @@ and dead-in-24-hours from its per-minute rollup (``jobs.accounting``).
 """
 
 import logging
+from dataclasses import dataclass
 from datetime import timedelta
 from urllib.parse import urlencode
 
@@ -16,7 +17,7 @@ from django.utils import timezone
 
 from deployments.approval_status import waiting_for_approval
 from deployments.models import ACTIVE, Deployment, DeploymentStatus, StepRun, StepStatus
-from jobs import heartbeat, limits, task_states
+from jobs import heartbeat, limits, publish, task_states
 from jobs.accounting import counts, queues, stats
 from jobs.models import Job, JobStatus, WorkerHeartbeat
 from jobs.queues import paused_names
@@ -39,9 +40,24 @@ def _stamp(when) -> str:
     return when.strftime("%Y-%m-%d %H:%M:%S")
 
 
-def broker_depths(queues) -> dict[str, int | None]:
-    """Return each queue's message count as the broker reports it (None if unknown)."""
-    depths: dict[str, int | None] = dict.fromkeys(queues)
+@dataclass(frozen=True)
+class BrokerDepths:
+    """Each queue's message count as the broker reports it, or why it could not be read."""
+
+    depths: dict[str, int]
+    unavailable: dict[str, str]  # queue -> the broker's error, for each queue without a depth
+
+
+def broker_depths(queues) -> BrokerDepths:
+    """Ask the broker for each queue's message count.
+
+    A broker that is away or refuses (the transport's own errors, as jobs.publish lists them)
+    makes the depth unavailable, with why, and is logged; any other error is a bug and
+    propagates.
+    """
+    broker_errors = publish.broker_errors(app)
+    depths: dict[str, int] = {}
+    unavailable: dict[str, str] = {}
     try:
         with app.connection_for_read() as conn:
             conn.ensure_connection(max_retries=1, timeout=2)
@@ -53,11 +69,20 @@ def broker_depths(queues) -> dict[str, int | None]:
                         depths[name] = int(size(name))
                     else:
                         depths[name] = channel.queue_declare(name, passive=True).message_count
-                except Exception:
-                    depths[name] = None
-    except Exception as exc:
-        logger.warning("dashboard.broker_failed", extra={"error": str(exc)})
-    return depths
+                except broker_errors as exc:  # e.g. AMQP's NOT_FOUND for a queue not declared
+                    unavailable[name] = _why(exc)
+                    logger.warning(
+                        "dashboard.broker_depth_failed", extra={"queue": name, "error": repr(exc)}
+                    )
+    except broker_errors as exc:
+        logger.warning("dashboard.broker_failed", extra={"error": repr(exc)})
+        why = _why(exc)
+        unavailable.update((name, why) for name in queues if name not in depths)
+    return BrokerDepths(depths=depths, unavailable=unavailable)
+
+
+def _why(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"[:200]
 
 
 def queue_rows(now=None) -> list[dict]:
@@ -76,7 +101,7 @@ def queue_rows(now=None) -> list[dict]:
         if status == JobStatus.DEAD:
             dead[queue] = dead.get(queue, 0) + figures.count
     oldest = queues.oldest_queued(names, now=now)
-    depths = broker_depths(names)
+    broker = broker_depths(names)
     paused = paused_names()
     rows = []
     for name in names:
@@ -98,7 +123,8 @@ def queue_rows(now=None) -> list[dict]:
                 ),
                 "oldest_age": age,
                 "oldest_url": _jobs_url(queue=name, status__exact=JobStatus.QUEUED),
-                "broker_depth": depths.get(name),
+                "broker_depth": broker.depths.get(name),
+                "broker_depth_unavailable": broker.unavailable.get(name, ""),
             }
         )
     return rows
