@@ -70,7 +70,7 @@ def run(*, deployment_id: int, ctx: JobContext) -> dict:
     deployment = claim.deployment
     try:
         status = Execution(deployment, Beat(ctx)).run()
-    except Exception as exc:
+    except Exception as exc:  # any crash: the deployment must not stay running with its lock
         logger.exception("deployment.runner_crashed", extra={"deployment_id": deployment_id})
         with transaction.atomic():
             lifecycle.finish(

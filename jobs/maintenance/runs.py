@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass, field, is_dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import connection
+from django.db import DatabaseError, InterfaceError, connection
 from django.utils import timezone
 
 from jobs import conf
@@ -244,7 +244,10 @@ class _Lock:
             MaintenanceLock.objects.filter(runner=self.runner, holder=self.holder).update(
                 holder="", expires_at=timezone.now()
             )
-        except Exception as exc:  # a lost connection took the advisory lock with it
+        except (
+            DatabaseError,
+            InterfaceError,
+        ) as exc:  # a lost connection took the advisory lock with it
             logger.warning(
                 "maintenance.unlock_failed", extra={"runner": self.runner, "error": repr(exc)}
             )
