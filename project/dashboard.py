@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from deployments.approval_status import waiting_for_approval
 from deployments.models import ACTIVE, Deployment, DeploymentStatus, StepRun, StepStatus
-from jobs import heartbeat, limits, publish, task_states
+from jobs import limits, publish, task_states, worker_registry
 from jobs.accounting import counts, queues, stats
 from jobs.models import Job, JobStatus, WorkerHeartbeat
 from jobs.queues import paused_names
@@ -165,7 +165,7 @@ def throughput(range_name: str = "1h", now=None) -> dict:
 def worker_rows(now=None) -> list[dict]:
     """Every worker with a heartbeat row: alive or gone, its queues, pool and running jobs."""
     now = now or timezone.now()
-    cutoff = heartbeat.gone_before(now)
+    cutoff = worker_registry.gone_before(now)
     running = list(
         Job.objects.filter(status=JobStatus.RUNNING).values_list("pk", "task", "locked_by")
     )

@@ -29,10 +29,10 @@ from deployments.git import Interrupted
 from deployments.models import Deployment, DeploymentStatus, FailureReason, StepRun, StepStatus
 from deployments.policy import Decision
 from deployments.runner import masking
-from deployments.runner.environment import step_environment
 from deployments.runner.heartbeat import Beat
 from deployments.runner.logwriter import LogWriter
 from deployments.runner.masking import SecretMasker
+from deployments.runner.process_env import step_process_env
 from deployments.runner.step import StepResult, Stop, Watch, run_step
 from jobs.errors import Permanent, Snooze
 from jobs.task import JobContext
@@ -167,7 +167,7 @@ class Execution:
         deadline = self.deadline
         if timeout:
             deadline = min(deadline, time.monotonic() + float(timeout))
-        env = step_environment(
+        env = step_process_env(
             deployment=self.deployment,
             project=self.project,
             step=step,
