@@ -32,7 +32,9 @@ R = JobReason
 S = JobStatus
 
 
-def ending(decision: Decision, *, lease_expired_before: datetime | None = None):
+def ending(
+    decision: Decision, *, lease_expired_before: datetime | None = None
+) -> statements.Ending:
     """Translate ``decision`` into the column values its statement writes."""
     error = decision.error
     result = decision.result

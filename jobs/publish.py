@@ -8,8 +8,10 @@ stalls a web request for long.
 import logging
 from collections import defaultdict
 from collections.abc import Iterable
+from datetime import datetime
 from functools import cache
 
+from celery import Celery
 from django.utils import timezone
 from kombu.exceptions import KombuError
 
@@ -31,7 +33,9 @@ SCHEDULE_HORIZON_SECONDS = conf.SCHEDULE_HORIZON_SECONDS  # see jobs.conf
 MIN_MESSAGES_PER_FANOUT = 16
 
 
-def messages(jobs: Iterable[Job], *, now=None) -> list[tuple[str, str, object, float]]:
+def messages(
+    jobs: Iterable[Job], *, now: datetime | None = None
+) -> list[tuple[str, str, object, float]]:
     """Group ``jobs`` into messages: ``(task, queue, id or [ids], countdown)``.
 
     Jobs due now of a batchable task share messages of up to ``CONVEYOR_BATCH_SIZE`` ids
@@ -90,7 +94,7 @@ def publish(jobs: Iterable[Job]) -> int:
 
 
 @cache
-def broker_errors(app) -> tuple[type[BaseException], ...]:
+def broker_errors(app: Celery) -> tuple[type[BaseException], ...]:
     """What a broker that is away or refusing raises, for this transport (kombu's own lists).
 
     Anything else a publish raises is a bug and propagates.
