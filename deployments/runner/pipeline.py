@@ -203,7 +203,7 @@ class Execution:
         return result
 
     @staticmethod
-    def _step_status(result: StepResult) -> str:
+    def _step_status(result: StepResult) -> StepStatus:
         if result.stopped is Stop.TIMED_OUT:
             return StepStatus.TIMED_OUT
         if result.stopped is not None:
