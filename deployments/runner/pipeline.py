@@ -51,7 +51,7 @@ class RunEnd:
     """
 
     status: DeploymentStatus | None
-    reason: FailureReason | str = ""  # a checkout error's reason comes from workspaces
+    reason: FailureReason | None = None
     error: str = ""
 
 
@@ -229,9 +229,9 @@ class Execution:
     @staticmethod
     def _stopped(stop: Stop, where: str) -> RunEnd:
         if stop is Stop.CANCELLED:
-            return RunEnd(S.CANCELLED, "", f"cancelled {where}")
+            return RunEnd(S.CANCELLED, error=f"cancelled {where}")
         if stop is Stop.LOST:
-            return RunEnd(None, "", f"run lost {where}")
+            return RunEnd(None, error=f"run lost {where}")
         if stop is Stop.SHUTDOWN:
             return RunEnd(S.FAILED, FailureReason.WORKER_SHUTDOWN, f"the worker shut down {where}")
         return RunEnd(S.FAILED, FailureReason.TIMED_OUT, f"deployment timed out {where}")
@@ -251,5 +251,7 @@ class Execution:
             )
             reason = current.first() or FailureReason.CANCELLED
         with transaction.atomic():
-            done = lifecycle.finish(self.deployment, end.status, reason=reason, error=end.error)
+            done = lifecycle.finish(
+                self.deployment, end.status, reason=reason or "", error=end.error
+            )
         return done.status if done else end.status
