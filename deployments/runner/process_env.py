@@ -1,6 +1,6 @@
 """Build the process environment variables a step runs with: never the worker's whole set.
 
-"Environment" here is the OS process environment (``os.environ`` of the step's process), not a
+"Environment" here is the OS environment of the step's process (its variables), not a
 deploy target (``deployments.environments``).
 """
 
