@@ -12,7 +12,9 @@ import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 
+from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
@@ -56,7 +58,7 @@ def create(
     request: dict,
     plan: Callable[[], Plan],
     triggered_by: str,
-    triggered_by_user=None,
+    triggered_by_user: AbstractBaseUser | None = None,
     idempotency_key: str | None = None,
     override_freeze: bool = False,
 ) -> Deployment:
@@ -120,7 +122,7 @@ def replay(project: Project, key: str, fingerprint: str) -> Deployment | None:
     return existing
 
 
-def enqueue_run(deployment: Deployment, *, run_after=None) -> None:
+def enqueue_run(deployment: Deployment, *, run_after: datetime | None = None) -> None:
     """Write the job that runs ``deployment`` (published when the transaction commits)."""
     job = enqueue(RUN_TASK, {"deployment_id": deployment.pk}, queue=RUN_QUEUE, run_after=run_after)
     deployment.job_id = job.pk

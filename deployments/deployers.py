@@ -8,7 +8,7 @@ with ``-Q``, for a host that takes pinned work alone). Its host identity is
 alone go: its rounds of workspace fetch and worktree prune (deployments.maintenance), and
 the deployments of projects pinned to it by ``runs_on``.
 
-Each beat of a deployer worker's heartbeat (jobs.heartbeat, every
+Each report of a deployer worker (jobs.worker_registry, every
 ``CONVEYOR_WORKER_HEARTBEAT``) upserts its host's ``Deployer`` row: tags, workspaces
 directory, its free disk, ``last_seen_at``; and marks gone the hosts not seen for
 ``CONVEYOR_DEPLOYER_GONE_AFTER`` (2m) — ``gone_at`` on the Deployer and on its Workspace
@@ -28,7 +28,7 @@ from django.utils import timezone
 
 from deployments import conf
 from deployments.models import Deployer, Workspace
-from jobs import heartbeat, queues
+from jobs import queues, worker_registry
 from project.secretfiles import private_dir
 
 logger = logging.getLogger("deployments.deployers")
@@ -113,7 +113,7 @@ def mark_gone(*, now: datetime | None = None) -> int:
     return count
 
 
-def _on_beat(info: dict) -> None:
+def _on_report(info: dict) -> None:
     consumed = set(info["queues"])
     if not consumed & {DEPLOYMENTS_QUEUE, host_queue(conf.get().deployer_host)}:
         return  # not a deployer
@@ -135,6 +135,6 @@ def _live_host_queues() -> list[str]:
 
 
 def register() -> None:
-    """Hook deployers into the engine: the worker heartbeat and the queue list."""
-    heartbeat.on_beat(_on_beat, name="deployments.deployers")
+    """Hook deployers into the engine: the worker registry's reports and the queue list."""
+    worker_registry.on_report(_on_report, name="deployments.deployers")
     queues.add_provider(_live_host_queues, name="deployments.deployers")

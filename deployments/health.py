@@ -54,8 +54,8 @@ from deployments.events import emit_unhealthy, log_deployment
 from deployments.health_rules import stored_rules
 from deployments.models import Deployment, DeploymentEvent
 from deployments.models.deployments import HEALTH_HEALTHY, HEALTH_UNHEALTHY, HEALTH_WATCHING
-from deployments.runner.environment import step_environment
 from deployments.runner.masking import SecretMasker, project_secrets
+from deployments.runner.process_env import step_process_env
 from jobs import services as jobs
 from jobs.models import AuditLog, Job, JobStatus
 from webhooks.models import AttemptOutcome, DeliveryAttempt, Event
@@ -176,11 +176,11 @@ def run_check(command: str, *, deployment: Deployment, timeout: int) -> dict:
     """Run the environment's health-check command as a step runs; exit 0 is healthy.
 
     In the deployment's directory (when it is on this host) with a step's environment (never
-    the worker's own: deployments.runner.environment).
+    the worker's own: deployments.runner.process_env).
     """
     cwd = deployment.project_dir
     directory = cwd if cwd and Path(cwd).is_dir() else None
-    env = step_environment(
+    env = step_process_env(
         deployment=deployment,
         project=deployment.project,
         step={"name": "health-check"},

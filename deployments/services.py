@@ -7,6 +7,7 @@ raise the domain errors of ``deployments.errors``.
 
 from dataclasses import dataclass
 
+from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
@@ -52,7 +53,7 @@ def deployment_create(
     pipeline: str | None = None,
     params: dict | None = None,
     triggered_by: str = "system",
-    triggered_by_user=None,
+    triggered_by_user: AbstractBaseUser | None = None,
     idempotency_key: str | None = None,
     override_freeze: bool = False,
 ) -> Deployment:
@@ -106,7 +107,7 @@ def deployment_retry(
     *,
     deployment_id: int,
     triggered_by: str = "system",
-    triggered_by_user=None,
+    triggered_by_user: AbstractBaseUser | None = None,
     idempotency_key: str | None = None,
     override_freeze: bool = False,
 ) -> Deployment:

@@ -22,43 +22,49 @@ echo it, so a delivery attempt names its endpoint by id and description only, un
 caller may see webhooks (``show_webhook_urls``: an admin-scope token, a console user with
 the endpoint view permission); then it also carries ``endpoint`` (the URL) and ``error``.
 
-Each entry is ``{"at", "kind", "summary", ...details}``; ``kind`` is one of KINDS.
+Each entry is ``{"at", "kind", "summary", ...details}``; ``kind`` is a ``Kind``.
 """
 
+import enum
 from datetime import datetime
 
 from django.db.models import Q
 
-from deployments.models import Deployment, DeploymentEvent, StepRun
+from deployments.models import Deployment, DeploymentEvent, FailureReason, StepRun
 from deployments.selectors import person_of
 from jobs import attempts
 from jobs.models import AuditLog, Job, Notification
 from project.timing import seconds_between
 from webhooks.models import DeliveryAttempt, Event
 
-KINDS = (
-    "created",
-    "waiting",
-    "waiting_for_deployer",
-    "approved",
-    "rejected",
-    "released",
-    "freeze_override",
-    "claimed",
-    "step_started",
-    "step_finished",
-    "cancel_requested",
-    "job_attempt",
-    "finished",
-    "healthy",
-    "unhealthy",
-    "rolled_back",
-    "retried",
-    "recovery",
-    "webhook_event",
-    "delivery_attempt",
-    "notification",
-)
+
+class Kind(enum.StrEnum):
+    """What a timeline entry is; at equal times, entries sort in this (causal) order."""
+
+    CREATED = "created"
+    WAITING = "waiting"
+    WAITING_FOR_DEPLOYER = "waiting_for_deployer"
+    APPROVED = "approved"
+    REJECTED = "rejected"
+    RELEASED = "released"
+    FREEZE_OVERRIDE = "freeze_override"
+    CLAIMED = "claimed"
+    STEP_STARTED = "step_started"
+    STEP_FINISHED = "step_finished"
+    CANCEL_REQUESTED = "cancel_requested"
+    JOB_ATTEMPT = "job_attempt"
+    FINISHED = "finished"
+    HEALTHY = "healthy"
+    UNHEALTHY = "unhealthy"
+    ROLLED_BACK = "rolled_back"
+    RETRIED = "retried"
+    RECOVERY = "recovery"
+    WEBHOOK_EVENT = "webhook_event"
+    DELIVERY_ATTEMPT = "delivery_attempt"
+    NOTIFICATION = "notification"
+
+
+_ORDER = {kind: index for index, kind in enumerate(Kind)}
 # Cap per source, so a deployment with a runaway receiver still gives a bounded answer.
 LIMIT_PER_SOURCE = 500
 
@@ -67,7 +73,7 @@ def _seconds(start: datetime | None, end: datetime | None) -> float | None:
     return seconds_between(start, end)
 
 
-def _entry(at, kind: str, summary: str, **details) -> dict:
+def _entry(at, kind: Kind, summary: str, **details) -> dict:
     return {"at": at, "kind": kind, "summary": summary, **details}
 
 
@@ -80,7 +86,7 @@ def deployment_timeline(deployment: Deployment, *, show_webhook_urls: bool = Fal
     entries = [
         _entry(
             d.created_at,
-            "created",
+            Kind.CREATED,
             f"created by {d.triggered_by}"
             + (f" as attempt {d.attempt}, retry of #{d.retry_of_id}" if d.retry_of_id else ""),
             actor=d.triggered_by,
@@ -96,7 +102,7 @@ def deployment_timeline(deployment: Deployment, *, show_webhook_urls: bool = Fal
         entries.append(
             _entry(
                 d.started_at,
-                "claimed",
+                Kind.CLAIMED,
                 f"claimed by worker {d.worker or '?'}",
                 worker=d.worker,
                 job_id=d.job_id,
@@ -104,13 +110,13 @@ def deployment_timeline(deployment: Deployment, *, show_webhook_urls: bool = Fal
         )
     entries += _steps(d)
     entries += _audit(d)
-    if d.cancel_requested_at and not any(e["kind"] == "cancel_requested" for e in entries):
+    if d.cancel_requested_at and not any(e["kind"] == Kind.CANCEL_REQUESTED for e in entries):
         entries.append(
             _entry(
                 d.cancel_requested_at,
-                "cancel_requested",
+                Kind.CANCEL_REQUESTED,
                 f"stop requested ({d.failure_reason or 'cancel'})",
-                actor="policy" if d.failure_reason == "superseded" else "",
+                actor="policy" if d.failure_reason == FailureReason.SUPERSEDED else "",
             )
         )
     entries += _job_attempts(d)
@@ -119,7 +125,7 @@ def deployment_timeline(deployment: Deployment, *, show_webhook_urls: bool = Fal
         entries.append(
             _entry(
                 d.finished_at,
-                "finished",
+                Kind.FINISHED,
                 f"finished {d.status}{reason}",
                 status=d.status,
                 failure_reason=d.failure_reason or None,
@@ -129,20 +135,19 @@ def deployment_timeline(deployment: Deployment, *, show_webhook_urls: bool = Fal
         )
     entries += _webhooks(d, show_webhook_urls)
     entries += _notifications(d)
-    order = {kind: index for index, kind in enumerate(KINDS)}
-    entries.sort(key=lambda e: (e["at"], order.get(e["kind"], 99)))
+    entries.sort(key=lambda e: (e["at"], _ORDER[e["kind"]]))
     return entries
 
 
 def _event(d: Deployment, event: DeploymentEvent) -> dict:
     if event.kind == DeploymentEvent.WAITING_FOR_DEPLOYER:
         note = event.details.get("waiting_for", "")
-        return _entry(event.at, event.kind, f"waiting for {note}", waiting_for=note)
-    if event.kind in ("healthy", "unhealthy"):
+        return _entry(event.at, Kind(event.kind), f"waiting for {note}", waiting_for=note)
+    if event.kind in (Kind.HEALTHY, Kind.UNHEALTHY):
         reasons = event.details.get("reasons") or []
         return _entry(
             event.at,
-            event.kind,
+            Kind(event.kind),
             f"health gate: {event.kind}" + (f" ({'; '.join(reasons)})" if reasons else ""),
             reasons=reasons,
             figures=event.details.get("figures"),
@@ -151,7 +156,7 @@ def _event(d: Deployment, event: DeploymentEvent) -> dict:
         approvals = event.details.get("approvals")
         return _entry(
             event.at,
-            event.kind,
+            Kind(event.kind),
             f"released with {approvals} approval{'s' if approvals != 1 else ''}: pending",
             approvals=approvals,
             required=event.details.get("required"),
@@ -159,7 +164,7 @@ def _event(d: Deployment, event: DeploymentEvent) -> dict:
     behind = event.details.get("behind")
     return _entry(
         event.at,
-        event.kind,
+        Kind(event.kind),
         f"waiting for {d.environment} behind deployment #{behind}"
         if behind
         else f"waiting for {d.environment}",
@@ -174,7 +179,7 @@ def _steps(d: Deployment) -> list[dict]:
             found.append(
                 _entry(
                     run.started_at,
-                    "step_started",
+                    Kind.STEP_STARTED,
                     f"step {run.position} {run.name} started",
                     step=run.name,
                     position=run.position,
@@ -186,7 +191,7 @@ def _steps(d: Deployment) -> list[dict]:
             found.append(
                 _entry(
                     run.finished_at,
-                    "step_finished",
+                    Kind.STEP_FINISHED,
                     f"step {run.position} {run.name} {run.status}{exit_text}"
                     + (f" after {seconds:.1f}s" if seconds is not None else ""),
                     step=run.name,
@@ -206,11 +211,14 @@ def _audit(d: Deployment) -> list[dict]:
         if row.action == "deployment.cancel":
             found.append(
                 _entry(
-                    row.at, "cancel_requested", f"cancel requested by {row.actor}", actor=row.actor
+                    row.at,
+                    Kind.CANCEL_REQUESTED,
+                    f"cancel requested by {row.actor}",
+                    actor=row.actor,
                 )
             )
         elif row.action in ("deployment.approved", "deployment.rejected"):
-            kind = row.action.removeprefix("deployment.")
+            kind = Kind(row.action.removeprefix("deployment."))
             comment = row.details.get("comment") or None
             found.append(
                 _entry(
@@ -226,7 +234,7 @@ def _audit(d: Deployment) -> list[dict]:
             found.append(
                 _entry(
                     row.at,
-                    "freeze_override",
+                    Kind.FREEZE_OVERRIDE,
                     f"freeze window {window!r} overridden by {row.actor}",
                     actor=row.actor,
                     window=window,
@@ -237,7 +245,7 @@ def _audit(d: Deployment) -> list[dict]:
             found.append(
                 _entry(
                     row.at,
-                    "rolled_back",
+                    Kind.ROLLED_BACK,
                     f"rolled back by {row.actor} as deployment #{new}"
                     + (f": {reason}" if reason else ""),
                     actor=row.actor,
@@ -249,7 +257,7 @@ def _audit(d: Deployment) -> list[dict]:
             found.append(
                 _entry(
                     row.at,
-                    "recovery",
+                    Kind.RECOVERY,
                     f"recovery of {row.details.get('jobs', 0)} job(s) and "
                     f"{row.details.get('deliveries', 0)} delivery(ies) started by {row.actor}",
                     actor=row.actor,
@@ -261,7 +269,7 @@ def _audit(d: Deployment) -> list[dict]:
             found.append(
                 _entry(
                     row.at,
-                    "retried",
+                    Kind.RETRIED,
                     f"retried by {row.actor} as deployment #{new}",
                     actor=row.actor,
                     new_deployment=new,
@@ -282,7 +290,7 @@ def _job_attempts(d: Deployment) -> list[dict]:
         found.append(
             _entry(
                 entry["finished_at"],
-                "job_attempt",
+                Kind.JOB_ATTEMPT,
                 f"job {job.pk} attempt {entry['attempt']} on {entry['worker']}: "
                 f"{entry['outcome']}{reason}",
                 job_id=job.pk,
@@ -305,7 +313,7 @@ def _webhooks(d: Deployment, show_urls: bool) -> list[dict]:
     found = [
         _entry(
             event.created_at,
-            "webhook_event",
+            Kind.WEBHOOK_EVENT,
             f"event {event.type} ({event.message_id})",
             topic=event.type,
             event_id=event.message_id,
@@ -326,7 +334,7 @@ def _webhooks(d: Deployment, show_urls: bool) -> list[dict]:
         found.append(
             _entry(
                 attempt.started_at,
-                "delivery_attempt",
+                Kind.DELIVERY_ATTEMPT,
                 f"{attempt.delivery.event.type} to {named}: "
                 f"attempt {attempt.number}, {code}{latency} ({attempt.outcome})",
                 topic=attempt.delivery.event.type,
@@ -358,7 +366,7 @@ def _notifications(d: Deployment) -> list[dict]:
     return [
         _entry(
             n.created_at,
-            "notification",
+            Kind.NOTIFICATION,
             f"notified {n.recipient.get_username()}: {n.title}",
             recipient=n.recipient.get_username(),
             topic=n.topic,

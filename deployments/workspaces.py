@@ -57,7 +57,7 @@ class LockBusy(Exception):  # noqa: N818 - a condition, not a failure
 class CheckoutError(Exception):
     """The deployment's code could not be checked out (clone, fetch, unknown ref, disk)."""
 
-    def __init__(self, message: str, *, reason: str = FailureReason.GIT_ERROR) -> None:
+    def __init__(self, message: str, *, reason: FailureReason = FailureReason.GIT_ERROR) -> None:
         super().__init__(message)
         self.reason = reason
 

@@ -19,9 +19,9 @@ class JobsConfig(AppConfig):
     verbose_name = "Jobs"
 
     def ready(self) -> None:
-        # lost_runs, shutdown, heartbeat and queues connect Celery signal handlers; tasks registers
-        # the tasks.
-        from jobs import conf, heartbeat, lost_runs, queues, shutdown, tasks  # noqa: F401
+        # lost_runs, shutdown, worker_registry and queues connect Celery signal handlers;
+        # tasks registers the tasks.
+        from jobs import conf, lost_runs, queues, shutdown, tasks, worker_registry  # noqa: F401
 
         conf.validate()
         post_migrate.connect(

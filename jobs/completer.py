@@ -32,7 +32,9 @@ R = JobReason
 S = JobStatus
 
 
-def ending(decision: Decision, *, lease_expired_before: datetime | None = None):
+def ending(
+    decision: Decision, *, lease_expired_before: datetime | None = None
+) -> statements.Ending:
     """Translate ``decision`` into the column values its statement writes."""
     error = decision.error
     result = decision.result
@@ -154,7 +156,7 @@ def _cancelled_meanwhile(
     with transaction.atomic():
         done = statements.end(job, ending(cancelled, lease_expired_before=lease_expired_before))
         if done is None:
-            log_job("job.outcome_lost", job, status=decision.status, reason=decision.reason)
+            log_job("job.outcome_lost", job, status=decision.status, reason=decision.reason or "")
             return None
         _announce(done, cancelled)
         _ring_if_limited(done)

@@ -10,27 +10,37 @@ away. A prefork child starts its own keeper on its first job; a thread pool shar
 import logging
 import os
 import threading
+from typing import Protocol
 
 from django.db import DatabaseError, connection
 
 from jobs import conf, statements
+from jobs.models import Job
 
 logger = logging.getLogger("jobs")
 
 
+class TrackedRun(Protocol):
+    """What the keeper needs of a run's context (a ``jobs.task.JobContext``)."""
+
+    job: Job
+    cancel_requested: bool
+    lost: bool
+
+
 class LeaseKeeper:
     def __init__(self) -> None:
-        self.runs: dict[int, object] = {}  # job id -> JobContext
+        self.runs: dict[int, TrackedRun] = {}  # job id -> JobContext
         self.lock = threading.Lock()
         self.wake = threading.Event()
         self.thread = threading.Thread(target=self._loop, name="lease-keeper", daemon=True)
         self.thread.start()
 
-    def track(self, ctx) -> None:
+    def track(self, ctx: TrackedRun) -> None:
         with self.lock:
             self.runs[ctx.job.pk] = ctx
 
-    def untrack(self, ctx) -> None:
+    def untrack(self, ctx: TrackedRun) -> None:
         with self.lock:
             if self.runs.get(ctx.job.pk) is ctx:
                 del self.runs[ctx.job.pk]

@@ -44,7 +44,7 @@ class Rate:
         return f"{self.count}/{unit}"
 
 
-def parse_rate(text) -> Rate:
+def parse_rate(text: object) -> Rate:
     """Parse ``"N/s"``, ``"N/m"`` or ``"N/h"`` (N from 1 to 999999); ValueError otherwise."""
     found = _RATE.match(text) if isinstance(text, str) else None
     if found is None:
@@ -160,13 +160,13 @@ def summary(limit: Limit | None) -> str:
     return ", ".join(parts)
 
 
-def limit_of(task) -> Limit | None:
+def limit_of(task: object) -> Limit | None:
     """The ``Limit`` declared on a task object, or None."""
     limit = getattr(task, "limit", None)
     return limit if isinstance(limit, Limit) else None
 
 
-def check_declared(task_name: str, limit, *, on_job_task: bool) -> None:
+def check_declared(task_name: str, limit: object, *, on_job_task: bool) -> None:
     """Fail start-up (ImproperlyConfigured naming the task) on a bad ``limit`` declaration."""
     if limit is None:
         return

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from billiard.exceptions import SoftTimeLimitExceeded, TimeLimitExceeded
+from celery import Task
 from celery.utils.time import get_exponential_backoff_interval
 from django.utils import timezone
 
@@ -67,7 +68,7 @@ class Event:
     message: str | None = None  # for losses, which have no exception of their own
 
     @classmethod
-    def returned(cls, result) -> "Event":
+    def returned(cls, result: object) -> "Event":
         return cls(Happened.RETURNED, result=result)
 
     @classmethod
@@ -86,7 +87,7 @@ class Event:
 @dataclass(frozen=True)
 class Decision:
     status: JobStatus
-    reason: str = ""
+    reason: JobReason | None = None  # None: succeeded (a success has no reason)
     run_after: datetime | None = None
     refund: bool = False  # the attempt is given back (snooze, graceful shutdown)
     error: dict | None = None
@@ -105,7 +106,9 @@ _LOSS_REASONS = {
 }
 
 
-def decide(event: Event, job: Job, task=None, *, now: datetime | None = None) -> Decision:
+def decide(
+    event: Event, job: Job, task: Task | None = None, *, now: datetime | None = None
+) -> Decision:
     """Return what becomes of ``job`` (as claimed for this run) after ``event``."""
     now = now or timezone.now()
     exc = event.exc
@@ -135,13 +138,13 @@ def unrecordable(exc: BaseException) -> Decision:
     return Decision(S.DEAD, R.PERMANENT, error=attempts.error_info(exc, message=message))
 
 
-def _task(name: str):
+def _task(name: str) -> Task | None:
     from project.celery import app
 
     return app.tasks.get(name)
 
 
-def _retryable(exc: BaseException | None, task) -> bool:
+def _retryable(exc: BaseException | None, task: Task | None) -> bool:
     if isinstance(exc, Permanent):
         return False
     if isinstance(exc, RetryAfter):

@@ -8,8 +8,10 @@ stalls a web request for long.
 import logging
 from collections import defaultdict
 from collections.abc import Iterable
+from datetime import datetime
 from functools import cache
 
+from celery import Celery
 from django.utils import timezone
 from kombu.exceptions import KombuError
 
@@ -31,7 +33,9 @@ SCHEDULE_HORIZON_SECONDS = conf.SCHEDULE_HORIZON_SECONDS  # see jobs.conf
 MIN_MESSAGES_PER_FANOUT = 16
 
 
-def messages(jobs: Iterable[Job], *, now=None) -> list[tuple[str, str, object, float]]:
+def messages(
+    jobs: Iterable[Job], *, now: datetime | None = None
+) -> list[tuple[str, str, object, float]]:
     """Group ``jobs`` into messages: ``(task, queue, id or [ids], countdown)``.
 
     Jobs due now of a batchable task share messages of up to ``CONVEYOR_BATCH_SIZE`` ids
@@ -70,7 +74,7 @@ def publish(jobs: Iterable[Job]) -> int:
     from project.celery import app
 
     sent = 0
-    broker_errors = _broker_errors(app)
+    errors = broker_errors(app)
     try:
         with app.producer_or_acquire() as producer:
             for task, queue, ids, countdown in messages(jobs):
@@ -84,13 +88,13 @@ def publish(jobs: Iterable[Job]) -> int:
                     retry_policy=PUBLISH_RETRY_POLICY,
                 )
                 sent += len(ids) if isinstance(ids, list) else 1
-    except broker_errors as exc:  # the sweeper re-sends whatever did not go out
+    except errors as exc:  # the sweeper re-sends whatever did not go out
         logger.warning("job.publish_failed", extra={"error": repr(exc), "published": sent})
     return sent
 
 
 @cache
-def _broker_errors(app) -> tuple[type[BaseException], ...]:
+def broker_errors(app: Celery) -> tuple[type[BaseException], ...]:
     """What a broker that is away or refusing raises, for this transport (kombu's own lists).
 
     Anything else a publish raises is a bug and propagates.

@@ -25,7 +25,7 @@ from django.utils import timezone
 
 from jobs import conf
 from jobs.attempts import append_sql
-from jobs.models import Job, JobStatus, QueueState, TaskState
+from jobs.models import Job, JobReason, JobStatus, QueueState, TaskState
 
 S = JobStatus
 TABLE = Job._meta.db_table
@@ -125,8 +125,8 @@ _CASTS = {
 class Ending:
     """The column values one run's end writes (see jobs.completer, which builds them)."""
 
-    status: str
-    reason: str = ""
+    status: JobStatus
+    reason: JobReason | None = None  # written as '' when None
     result: str | None = None  # JSON text, or None to keep the column
     last_error: str | None = None
     run_after: datetime | None = None  # a retry's due time (also its publish time)
@@ -196,7 +196,7 @@ def _end_params(job: Job, ending: Ending, now) -> list:
     error = json.dumps(ending.error) if ending.error is not None else None
     return [
         ending.status,
-        ending.reason,
+        ending.reason or "",
         ending.result,
         ending.last_error,
         when(ending.run_after),
@@ -207,7 +207,7 @@ def _end_params(job: Job, ending: Ending, now) -> list:
         ending.recorded,
         when(now),
         ending.status,
-        ending.reason,
+        ending.reason or "",
         error,
         job.pk,
         job.attempts,

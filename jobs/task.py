@@ -163,7 +163,6 @@ class JobTask(Task):
     def _run_job(self, job: Job) -> tuple[Job, str] | None:
         """Run the body; return ``(job, encoded result)`` on success, else end the run."""
         ctx = JobContext(job=job, cancel_requested=job.cancel_requested_at is not None)
-        self.request.job_context = ctx
         lease = keeper()
         lease.track(ctx)
         committed = False
@@ -178,7 +177,6 @@ class JobTask(Task):
             event = outcome.Event.raised(exc)
         finally:
             lease.untrack(ctx)
-            self.request.job_context = None
         if committed:
             self._ended(job, succeeded=True)
             return None

@@ -107,7 +107,7 @@ def check_declared(tasks: Iterable) -> None:
         check_rule(task_object.name, getattr(task_object, "unique", None))
 
 
-def check_rule(task: str, rule) -> None:
+def check_rule(task: str, rule: object) -> None:
     """Raise ImproperlyConfigured naming ``task`` unless ``rule`` is None or a working Unique."""
     if rule is None:
         return

@@ -1,4 +1,4 @@
-"""Permission checks for the admin's custom actions, buttons and views: one rule for all.
+"""Permission checks for the admin's custom actions and buttons: one rule for all.
 
 Every custom admin action names the permission it needs (``@admin.action(permissions=[...])``);
 Django then calls ``has_<name>_permission(request)`` on the ModelAdmin, hides the action from
@@ -7,15 +7,11 @@ model, e.g. ``("retry_job", "Can retry jobs")``) gets its method from ``permissi
 
     has_retry_job_permission = permission_check("retry_job")
 
-A custom view, button or JSON view of a ModelAdmin calls ``require_permission`` first::
-
-    require_permission(self, request, "retry_job")
-
-so a button is checked exactly like the action that does the same thing.
+and a button checks that same method (``self.has_retry_job_permission(request)``), so it is
+checked exactly like the action that does the same thing.
 """
 
 from django.contrib.admin import ModelAdmin
-from django.core.exceptions import PermissionDenied
 
 
 def has_permission(modeladmin: ModelAdmin, request, codename: str) -> bool:
@@ -32,9 +28,3 @@ def permission_check(codename: str):
     check.__name__ = f"has_{codename}_permission"
     check.__doc__ = f"Return True if the user may {codename.replace('_', ' ')}."
     return check
-
-
-def require_permission(modeladmin: ModelAdmin, request, codename: str) -> None:
-    """Raise PermissionDenied (403) unless the user holds ``codename`` (for custom views)."""
-    if not has_permission(modeladmin, request, codename):
-        raise PermissionDenied

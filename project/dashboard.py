@@ -8,6 +8,7 @@ and dead-in-24-hours from its per-minute rollup (``jobs.accounting``).
 """
 
 import logging
+from dataclasses import dataclass
 from datetime import timedelta
 from urllib.parse import urlencode
 
@@ -27,7 +28,7 @@ from deployments.models import (
     Workspace,
     Worktree,
 )
-from jobs import heartbeat, limits, task_states
+from jobs import limits, publish, task_states, worker_registry
 from jobs.accounting import counts, queues, stats, tallies
 from jobs.accounting.rollup import OWNER_FAILED
 from jobs.models import Job, JobStatus, WorkerHeartbeat
@@ -46,9 +47,24 @@ def _jobs_url(**filters) -> str:
     return reverse("admin:jobs_job_changelist") + "?" + urlencode(filters)
 
 
-def broker_depths(queues) -> dict[str, int | None]:
-    """Return each queue's message count as the broker reports it (None if unknown)."""
-    depths: dict[str, int | None] = dict.fromkeys(queues)
+@dataclass(frozen=True)
+class BrokerDepths:
+    """Each queue's message count as the broker reports it, or why it could not be read."""
+
+    depths: dict[str, int]
+    unavailable: dict[str, str]  # queue -> the broker's error, for each queue without a depth
+
+
+def broker_depths(queues) -> BrokerDepths:
+    """Ask the broker for each queue's message count.
+
+    A broker that is away or refuses (the transport's own errors, as jobs.publish lists them)
+    makes the depth unavailable, with why, and is logged; any other error is a bug and
+    propagates.
+    """
+    broker_errors = publish.broker_errors(app)
+    depths: dict[str, int] = {}
+    unavailable: dict[str, str] = {}
     try:
         with app.connection_for_read() as conn:
             conn.ensure_connection(max_retries=1, timeout=2)
@@ -60,11 +76,20 @@ def broker_depths(queues) -> dict[str, int | None]:
                         depths[name] = int(size(name))
                     else:
                         depths[name] = channel.queue_declare(name, passive=True).message_count
-                except Exception:
-                    depths[name] = None
-    except Exception as exc:
-        logger.warning("dashboard.broker_failed", extra={"error": str(exc)})
-    return depths
+                except broker_errors as exc:  # e.g. AMQP's NOT_FOUND for a queue not declared
+                    unavailable[name] = _why(exc)
+                    logger.warning(
+                        "dashboard.broker_depth_failed", extra={"queue": name, "error": repr(exc)}
+                    )
+    except broker_errors as exc:
+        logger.warning("dashboard.broker_failed", extra={"error": repr(exc)})
+        why = _why(exc)
+        unavailable.update((name, why) for name in queues if name not in depths)
+    return BrokerDepths(depths=depths, unavailable=unavailable)
+
+
+def _why(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"[:200]
 
 
 def queue_rows(now=None) -> list[dict]:
@@ -80,7 +105,7 @@ def queue_rows(now=None) -> list[dict]:
     per_queue = counts.by(found, "queue")
     dead = tallies.dead_letters_by_queue()
     oldest = queues.oldest_queued(names, now=now)
-    depths = broker_depths(names)
+    broker = broker_depths(names)
     paused = paused_names()
     rows = []
     for name in names:
@@ -100,7 +125,8 @@ def queue_rows(now=None) -> list[dict]:
                 "dead_letters_url": _jobs_url(queue=name, dead_letter="yes"),
                 "oldest_age": age,
                 "oldest_url": _jobs_url(queue=name, status__exact=JobStatus.QUEUED),
-                "broker_depth": depths.get(name),
+                "broker_depth": broker.depths.get(name),
+                "broker_depth_unavailable": broker.unavailable.get(name, ""),
             }
         )
     return rows
@@ -142,7 +168,7 @@ def throughput(range_name: str = "1h", now=None) -> dict:
 def worker_rows(now=None) -> list[dict]:
     """Every worker with a heartbeat row: alive or gone, its queues, pool and running jobs."""
     now = now or timezone.now()
-    cutoff = heartbeat.gone_before(now)
+    cutoff = worker_registry.gone_before(now)
     running = list(
         Job.objects.filter(status=JobStatus.RUNNING).values_list("pk", "task", "locked_by")
     )

@@ -2,10 +2,11 @@
 
 import logging
 
-from django.db import connection
+from django.db import DatabaseError, connection
 from django.http import JsonResponse
 from django.views.decorators.http import require_GET
 
+from jobs.publish import broker_errors
 from project.celery import app
 
 logger = logging.getLogger(__name__)
@@ -16,7 +17,7 @@ def _database() -> str:
         with connection.cursor() as cursor:
             cursor.execute("SELECT 1")
         return "ok"
-    except Exception as exc:
+    except DatabaseError as exc:
         logger.warning("health.database_failed", extra={"error": str(exc)})
         return f"error: {exc.__class__.__name__}"
 
@@ -26,7 +27,7 @@ def _broker() -> str:
         with app.connection_for_write() as conn:
             conn.ensure_connection(max_retries=1, timeout=2)
         return "ok"
-    except Exception as exc:
+    except broker_errors(app) as exc:
         logger.warning("health.broker_failed", extra={"error": str(exc)})
         return f"error: {exc.__class__.__name__}"
 

@@ -23,7 +23,7 @@ from prometheus_client.core import (
 from prometheus_client.utils import floatToGoString
 
 from deployments.models import Deployment, DeploymentStatus
-from jobs import heartbeat, task_states
+from jobs import task_states, worker_registry
 from jobs.accounting import counts, queues, stats, tallies
 from jobs.models import WorkerHeartbeat
 from jobs.queues import paused_names
@@ -194,7 +194,7 @@ class DatabaseCollector:
         yield attempts
 
     def _workers(self, now):
-        cutoff = heartbeat.gone_before(now)
+        cutoff = worker_registry.gone_before(now)
         alive = WorkerHeartbeat.objects.filter(last_seen_at__gte=cutoff, stopped_at__isnull=True)
         gauge = GaugeMetricFamily("conveyor_workers_alive", "Workers with a recent heartbeat")
         gauge.add_metric([], alive.count())

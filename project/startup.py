@@ -99,6 +99,9 @@ def wait_for(what: str, check: Callable[[], object]) -> None:
             if attempt > 1:
                 logger.info("startup.reachable", extra={"service": what, "attempts": attempt})
             return
+        # Broad on purpose: a driver that cannot connect raises its own types (psycopg's,
+        # redis-py's, amqp's, socket errors), and every one of them means "not yet"; each try
+        # is logged with its error, and the process keeps waiting rather than dying.
         except Exception as exc:
             logger.warning(
                 "startup.unreachable",
@@ -120,7 +123,7 @@ def database_answers() -> None:
         connection.ensure_connection()
         with connection.cursor() as cursor:
             cursor.execute("SELECT 1")
-    except Exception:
+    except Exception:  # re-raised: only drops the broken connection before the next try
         connection.close_if_unusable_or_obsolete()
         connection.close()
         raise

@@ -19,7 +19,14 @@ from project.admin_permissions import permission_check
 from webhooks import services, ssrf
 from webhooks.attempt_history import attempt_rows
 from webhooks.errors import WebhookError
-from webhooks.models import Delivery, DeliveryAttempt, DeliveryStatus, Endpoint, Event
+from webhooks.models import (
+    AttemptOutcome,
+    Delivery,
+    DeliveryAttempt,
+    DeliveryStatus,
+    Endpoint,
+    Event,
+)
 from webhooks.topics import TOPICS
 
 
@@ -97,7 +104,7 @@ def endpoint_stats(endpoint: Endpoint) -> dict:
     tries = DeliveryAttempt.objects.filter(delivery__endpoint=endpoint, started_at__gte=since)
     summary = tries.aggregate(
         total=Count("pk"),
-        ok=Count("pk", filter=Q(outcome="delivered")),
+        ok=Count("pk", filter=Q(outcome=AttemptOutcome.DELIVERED)),
         avg=Avg("latency_ms"),
         slowest=Max("latency_ms"),
     )
@@ -110,7 +117,7 @@ def endpoint_stats(endpoint: Endpoint) -> dict:
     p95 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.95))] if latencies else None
     failures = list(
         DeliveryAttempt.objects.filter(delivery__endpoint=endpoint)
-        .exclude(outcome="delivered")
+        .exclude(outcome=AttemptOutcome.DELIVERED)
         .select_related("delivery__event")
         .order_by("-started_at")[:LAST_FAILURES]
     )

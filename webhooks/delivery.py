@@ -48,7 +48,7 @@ RETRY_STATUSES = frozenset({408, 425, 429})
 
 @dataclass(frozen=True)
 class AttemptResult:
-    outcome: str
+    outcome: AttemptOutcome
     error: str = ""
     status_code: int | None = None
     retry_after: float | None = None

@@ -326,7 +326,7 @@ def delivery_cancel(*, delivery_id: int, job_id: int, actor: str) -> Job:
     return job
 
 
-def delivery_mark_dead(job) -> bool:
+def delivery_mark_dead(job: Job) -> bool:
     """Mark the delivery of a dead ``webhooks.deliver`` job dead; count it for auto-disable.
 
     Called by the ``job_dead`` receiver inside the transaction that buried the job. After

@@ -34,12 +34,6 @@ class Target:
     port: int
     path: str
 
-    @property
-    def host_header(self) -> str:
-        """Return the ``Host`` header value: the host, with the port unless it is the default."""
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return host if SCHEMES[self.scheme] == self.port else f"{host}:{self.port}"
-
 
 def parse(url: str) -> Target:
     """Split ``url`` into a Target; raise UnsafeURL if it is not a plain http(s) URL."""

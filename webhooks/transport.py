@@ -216,10 +216,3 @@ def _describe(exc: HTTPError, target: Target, address: Address) -> str:
     if isinstance(exc, ProtocolError):
         return f"connection to {where} broke: {exc.args[-1] if exc.args else exc}"
     return f"{exc.__class__.__name__}: {exc}"
-
-
-def close_all() -> None:
-    """Close every pooled connection of this process."""
-    with _pools_lock:
-        while _pools:
-            _pools.popitem()[1].close()

@@ -26,7 +26,6 @@ class LogWriter:
         self.step_run_id: int | None = None
         self.sequence = 0
         self.offset = 0  # bytes stored in LogChunk rows
-        self.bytes_in = 0
         self._pending = bytearray()
         self._last_flush = time.monotonic()
         self._ends_with_newline = True
@@ -45,7 +44,6 @@ class LogWriter:
         """Take output bytes; store every complete chunk at once."""
         if not data:
             return
-        self.bytes_in += len(data)
         self._ends_with_newline = data.endswith(b"\n")
         released = self.masker.feed(data)
         if released:

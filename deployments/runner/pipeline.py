@@ -18,6 +18,7 @@ run is no longer ours: steps are stopped and the dead-job handler owns the outco
 
 import logging
 import time
+from dataclasses import dataclass
 
 from django.db import DatabaseError, close_old_connections, transaction
 from django.utils import timezone
@@ -28,16 +29,30 @@ from deployments.git import Interrupted
 from deployments.models import Deployment, DeploymentStatus, FailureReason, StepRun, StepStatus
 from deployments.policy import Decision
 from deployments.runner import masking
-from deployments.runner.environment import step_environment
 from deployments.runner.heartbeat import Beat
 from deployments.runner.logwriter import LogWriter
 from deployments.runner.masking import SecretMasker
+from deployments.runner.process_env import step_process_env
 from deployments.runner.step import StepResult, Stop, Watch, run_step
 from jobs.errors import Permanent, Snooze
 from jobs.task import JobContext
 
 logger = logging.getLogger("deployments")
 S = DeploymentStatus
+# A run's summary status when its lease was taken away (no final status of ours to report).
+LOST = "lost"
+
+
+@dataclass(frozen=True)
+class RunEnd:
+    """How a run ends: a final status with its reason and error, or lost (``status`` None).
+
+    A lost run writes no status: the dead-job handler has ended (or will end) the deployment.
+    """
+
+    status: DeploymentStatus | None
+    reason: FailureReason | None = None
+    error: str = ""
 
 
 def run(*, deployment_id: int, ctx: JobContext) -> dict:
@@ -55,7 +70,7 @@ def run(*, deployment_id: int, ctx: JobContext) -> dict:
     deployment = claim.deployment
     try:
         status = Execution(deployment, Beat(ctx)).run()
-    except Exception as exc:
+    except Exception as exc:  # any crash: the deployment must not stay running with its lock
         logger.exception("deployment.runner_crashed", extra={"deployment_id": deployment_id})
         with transaction.atomic():
             lifecycle.finish(
@@ -78,30 +93,30 @@ class Execution:
         self.grace = float(grace) if grace is not None else conf.get().stop_grace.total_seconds()
 
     def run(self) -> str:
-        """Check out, run the steps, record the end; return the final status."""
+        """Check out, run the steps, record the end; return the final status (or ``lost``)."""
         checkout = self._checkout()
-        if isinstance(checkout, str):  # the run ended during checkout, with this status
-            return checkout
+        if isinstance(checkout, RunEnd):  # the run ended during checkout
+            return self._finish(checkout)
         try:
-            outcome = self._run_steps(str(checkout.path))
+            end = self._run_steps(str(checkout.path))
         finally:
             workspaces.release(checkout.worktree)
-        return self._finish(*outcome)
+        return self._finish(end)
 
     def _keep_alive(self) -> None:
         if self.beat.tick() is not None or time.monotonic() >= self.deadline:
             raise Interrupted()
 
-    def _checkout(self):
-        """Return the checkout, or the deployment's final status if the run ended here."""
+    def _checkout(self) -> workspaces.Checkout | RunEnd:
+        """Return the checkout, or how the run ends if it ended here."""
         deployment = self.deployment
         try:
             checkout = workspaces.acquire(deployment, keep_alive=self._keep_alive)
         except workspaces.CheckoutError as exc:
             self.log.line(f"conveyor: checkout failed: {exc}")
-            return self._finish(S.FAILED, exc.reason, str(exc))
+            return RunEnd(S.FAILED, exc.reason, str(exc))
         except Interrupted:
-            return self._finish(*self._stopped_outcome(self._stop_reason(), "during checkout"))
+            return self._stopped(self._stop_reason(), "during checkout")
         deployment.commit_sha = checkout.commit_sha
         deployment.worktree = checkout.worktree
         deployment.project_dir = str(checkout.path)
@@ -118,20 +133,19 @@ class Execution:
     def _stop_reason(self) -> Stop:
         return self.beat.verdict or Stop.TIMED_OUT
 
-    def _run_steps(self, workdir: str) -> tuple[str, str, str]:
+    def _run_steps(self, workdir: str) -> RunEnd:
         runs = list(StepRun.objects.filter(deployment=self.deployment).order_by("position"))
-        outcome = (S.SUCCESS, "", "")
         for run, step in zip(runs, self.deployment.steps, strict=True):
             stop = self.beat.tick(force=True)
             if stop is None and time.monotonic() >= self.deadline:
                 stop = Stop.TIMED_OUT
             if stop is not None:
-                return self._stopped_outcome(stop, f"before step {run.name!r}")
+                return self._stopped(stop, f"before step {run.name!r}")
             result = self._run_one(run, step, workdir)
             if result.stopped is Stop.TIMED_OUT and time.monotonic() >= self.deadline:
-                return self._stopped_outcome(Stop.TIMED_OUT, f"in step {run.name!r}")
+                return self._stopped(Stop.TIMED_OUT, f"in step {run.name!r}")
             if result.stopped in (Stop.CANCELLED, Stop.LOST, Stop.SHUTDOWN):
-                return self._stopped_outcome(result.stopped, f"in step {run.name!r}")
+                return self._stopped(result.stopped, f"in step {run.name!r}")
             if result.stopped is Stop.TIMED_OUT or result.exit_code != 0:
                 reason = (
                     FailureReason.TIMED_OUT
@@ -139,8 +153,8 @@ class Execution:
                     else FailureReason.STEP_FAILED
                 )
                 if not run.continue_on_error:
-                    return (S.FAILED, reason, f"step {run.name!r} {self._describe(result)}")
-        return outcome
+                    return RunEnd(S.FAILED, reason, f"step {run.name!r} {self._describe(result)}")
+        return RunEnd(S.SUCCESS)
 
     def _run_one(self, run: StepRun, step: dict, workdir: str) -> StepResult:
         number, total = run.position, len(self.deployment.steps)
@@ -153,7 +167,7 @@ class Execution:
         deadline = self.deadline
         if timeout:
             deadline = min(deadline, time.monotonic() + float(timeout))
-        env = step_environment(
+        env = step_process_env(
             deployment=self.deployment,
             project=self.project,
             step=step,
@@ -189,7 +203,7 @@ class Execution:
         return result
 
     @staticmethod
-    def _step_status(result: StepResult) -> str:
+    def _step_status(result: StepResult) -> StepStatus:
         if result.stopped is Stop.TIMED_OUT:
             return StepStatus.TIMED_OUT
         if result.stopped is not None:
@@ -212,28 +226,32 @@ class Execution:
             return f"was killed by signal {-result.exit_code}"
         return f"exited {result.exit_code}"
 
-    def _stopped_outcome(self, stop: Stop, where: str) -> tuple[str | Stop, str, str]:
+    @staticmethod
+    def _stopped(stop: Stop, where: str) -> RunEnd:
         if stop is Stop.CANCELLED:
-            return (S.CANCELLED, "", f"cancelled {where}")
+            return RunEnd(S.CANCELLED, error=f"cancelled {where}")
         if stop is Stop.LOST:
-            return (Stop.LOST, "", f"run lost {where}")
+            return RunEnd(None, error=f"run lost {where}")
         if stop is Stop.SHUTDOWN:
-            return (S.FAILED, FailureReason.WORKER_SHUTDOWN, f"the worker shut down {where}")
-        return (S.FAILED, FailureReason.TIMED_OUT, f"deployment timed out {where}")
+            return RunEnd(S.FAILED, FailureReason.WORKER_SHUTDOWN, f"the worker shut down {where}")
+        return RunEnd(S.FAILED, FailureReason.TIMED_OUT, f"deployment timed out {where}")
 
-    def _finish(self, status: str | Stop, reason: str, error: str) -> str:
+    def _finish(self, end: RunEnd) -> str:
         self.log.flush(final=True)  # no more step output: release what was held
-        if error:
-            self.log.line(f"conveyor: {error}")
+        if end.error:
+            self.log.line(f"conveyor: {end.error}")
         self.log.flush()
-        if status is Stop.LOST:  # the dead-job handler has ended (or will end) the deployment
-            log_deployment("deployment.run_lost", self.deployment, error=error)
-            return status.value
-        if status == S.CANCELLED:
+        if end.status is None:  # lost: the dead-job handler has ended (or will end) it
+            log_deployment("deployment.run_lost", self.deployment, error=end.error)
+            return LOST
+        reason = end.reason
+        if end.status == S.CANCELLED:
             current = Deployment.objects.filter(pk=self.deployment.pk).values_list(
                 "failure_reason", flat=True
             )
             reason = current.first() or FailureReason.CANCELLED
         with transaction.atomic():
-            done = lifecycle.finish(self.deployment, status, reason=reason, error=error)
-        return done.status if done else status
+            done = lifecycle.finish(
+                self.deployment, end.status, reason=reason or "", error=end.error
+            )
+        return done.status if done else end.status

@@ -1,7 +1,7 @@
 """Job accounting: fold the count and tally deltas, refresh the per-minute rollup.
 
 Runs every ``CONVEYOR_ACCOUNTING_INTERVAL`` (default 5s) as the ``account_jobs`` runner.
-Each worker's heartbeat thread folds too (``jobs.heartbeat``), so the deltas stay few even
+Each worker's registry thread folds too (``jobs.worker_registry``), so the deltas stay few even
 without beat; the counts are exact either way (``jobs.accounting.counts``). The rollup is
 refreshed only here (``jobs.accounting.rollup``). Returns how many deltas were folded and
 how many minute rows were written and expired.

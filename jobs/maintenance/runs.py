@@ -24,6 +24,7 @@ every pass would happen twice.
   traceback; ``run()`` returns normally, so no other runner and no later tick is affected.
 """
 
+import enum
 import logging
 import os
 import socket
@@ -35,7 +36,7 @@ from dataclasses import asdict, dataclass, field, is_dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import connection
+from django.db import DatabaseError, InterfaceError, connection
 from django.utils import timezone
 
 from jobs import conf
@@ -55,7 +56,9 @@ TASK_PREFIX = "maintenance."
 MAX_RECORDS_PER_RUNNER = 20_000
 
 
-class SkipReason:
+class SkipReason(enum.StrEnum):
+    """Why ``run()`` did not run a runner this time (logged as ``maintenance.skipped``'s reason)."""
+
     LOCKED = "another run of this runner holds its lock"
     RECENT = "the last completed run was less than half an interval ago"
 
@@ -66,7 +69,7 @@ class RunOutcome:
     ran: bool
     counts: dict = field(default_factory=dict)
     error: str = ""
-    skipped: str = ""
+    skipped: SkipReason | None = None  # None: it ran
     duration_ms: int = 0
 
 
@@ -167,7 +170,7 @@ def _counts(result: object) -> dict:
     return {} if result is None else {"result": result}
 
 
-def _skipped(runner: str, reason: str, interval: timedelta, **extra) -> RunOutcome:
+def _skipped(runner: str, reason: SkipReason, interval: timedelta, **extra) -> RunOutcome:
     logger.info(
         "maintenance.skipped",
         extra={
@@ -241,7 +244,10 @@ class _Lock:
             MaintenanceLock.objects.filter(runner=self.runner, holder=self.holder).update(
                 holder="", expires_at=timezone.now()
             )
-        except Exception as exc:  # a lost connection took the advisory lock with it
+        except (
+            DatabaseError,
+            InterfaceError,
+        ) as exc:  # a lost connection took the advisory lock with it
             logger.warning(
                 "maintenance.unlock_failed", extra={"runner": self.runner, "error": repr(exc)}
             )

@@ -35,7 +35,7 @@ from kombu.exceptions import ChannelError
 
 from jobs import conf, task_states
 from jobs.models import MAX_BACKOFF_DOUBLINGS, PENDING, Job
-from jobs.publish import SCHEDULE_HORIZON_SECONDS, publish
+from jobs.publish import SCHEDULE_HORIZON_SECONDS, broker_errors, publish
 from jobs.queues import paused_names
 from jobs.services import log_job
 
@@ -81,7 +81,7 @@ def _queue_depth(queue: str) -> int | None:
                 if str(getattr(exc, "reply_code", "")) == NOT_FOUND:
                     return 0
                 raise
-    except Exception as exc:
+    except broker_errors(app) as exc:  # a broker away: plan without its depth; a bug propagates
         logger.warning("sweeper.queue_depth_unknown", extra={"queue": queue, "error": repr(exc)})
         return None
 

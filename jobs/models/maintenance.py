@@ -41,7 +41,7 @@ class MaintenanceLock(models.Model):
 
 
 class WorkerHeartbeat(models.Model):
-    """One Celery worker as it reports itself every few seconds (see jobs.heartbeat).
+    """One Celery worker as it reports itself every few seconds (see jobs.worker_registry).
 
     Written only by the worker it describes; a row not refreshed within three intervals is a
     worker that is gone (killed, or its host lost). Rows gone for a day are deleted by the

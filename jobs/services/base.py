@@ -11,7 +11,7 @@ S = JobStatus
 MAX_ERROR_LENGTH = 4000
 
 
-def log_job(event: str, job: Job, **fields) -> None:
+def log_job(event: str, job: Job, **fields: object) -> None:
     """Log one structured line about ``job``."""
     logger.info(
         event,

@@ -2,6 +2,7 @@
 
 from datetime import datetime
 
+from celery import Task
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
@@ -17,7 +18,7 @@ from project.constraints import violates
 MIN_PRIORITY, MAX_PRIORITY = -100, 100
 
 
-def validate_priority(priority) -> int:
+def validate_priority(priority: object) -> int:
     """Return ``priority`` if it is an integer in −100…100; raise a clear ValueError if not."""
     if isinstance(priority, bool) or not isinstance(priority, int):
         raise ValueError(f"a job's priority is an integer, not {type(priority).__name__}")
@@ -29,7 +30,7 @@ def validate_priority(priority) -> int:
     return priority
 
 
-def validate_payload(payload) -> dict:
+def validate_payload(payload: object) -> dict:
     """Return ``payload`` if it is a dict a job can store; raise a clear ValueError if not.
 
     A NUL character (``\\x00``) is refused on every database, as PostgreSQL's jsonb does.
@@ -55,7 +56,9 @@ def _holds_nul(value) -> bool:
     return False
 
 
-def _task_defaults(task) -> tuple[str, str | None, int | None, Unique | None, Limit | None]:
+def _task_defaults(
+    task: Task | str,
+) -> tuple[str, str | None, int | None, Unique | None, Limit | None]:
     """Return (name, queue, declared max attempts, unique rule, limit) of a task or name."""
     from project.celery import app
 
@@ -123,7 +126,7 @@ def _limit_key(limit: Limit | None, payload: dict) -> str:
 
 
 def enqueue(
-    task,
+    task: Task | str,
     payload: dict | None = None,
     *,
     queue: str | None = None,
@@ -188,7 +191,7 @@ def _save(job: Job, rule: Unique | None) -> Job:
 
 
 def enqueue_many(
-    task,
+    task: Task | str,
     payloads: list[dict],
     *,
     queue: str | None = None,

@@ -129,7 +129,7 @@ def test_two_beats_run_each_runner_once_per_interval_and_a_raising_runner_stops_
     assert all(run.error.startswith("ZeroDivisionError") for run in broken)
     assert not any(run.error for run in reaps)
     assert sum(run.started_at > broken[0].finished_at for run in reaps) >= 2  # others go on
-    # The worker's heartbeat also runs account_jobs (jobs.heartbeat): not one of these.
+    # The worker's registry thread also runs account_jobs (jobs.worker_registry): not one of these.
     scheduled = [e for e in worker.events("maintenance.run") if e["runner"] != "account_jobs"]
     assert len(scheduled) == len(reaps) + len(broken)
 

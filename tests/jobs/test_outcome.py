@@ -37,7 +37,7 @@ def run(attempts=1, max_attempts=3, cancel=False) -> Job:
 @pytest.mark.parametrize(
     ("event", "job", "expected"),
     [
-        (outcome.Event.returned("1"), run(), (S.SUCCEEDED, "")),
+        (outcome.Event.returned("1"), run(), (S.SUCCEEDED, None)),
         (outcome.Event.raised(ConnectionError("x")), run(), (S.RETRYING, R.ERROR)),
         (outcome.Event.raised(ConnectionError("x")), run(3, 3), (S.DEAD, R.EXHAUSTED)),
         (outcome.Event.raised(Permanent("x")), run(), (S.DEAD, R.PERMANENT)),

@@ -8,7 +8,7 @@ from kombu.exceptions import OperationalError
 
 from jobs.conf import SCHEDULE_HORIZON_SECONDS
 from jobs.models import Job
-from jobs.publish import _broker_errors, messages, publish
+from jobs.publish import broker_errors, messages, publish
 from project.celery import app
 from tests import jobtasks  # noqa: F401 - registers tests.record
 
@@ -38,7 +38,7 @@ def test_a_time_limited_task_goes_one_job_per_message(settings):
 
 
 def test_what_a_broker_raises_is_kept_and_a_bug_is_not():
-    kept = _broker_errors(app)
+    kept = broker_errors(app)
     assert issubclass(OperationalError, kept) and issubclass(ConnectionRefusedError, kept)
     assert not issubclass(TypeError, kept) and not issubclass(AttributeError, kept)
     broken = Job(pk=1, task="tests.record", queue="default", run_after=None)

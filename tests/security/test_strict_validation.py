@@ -11,7 +11,7 @@ from django.core.exceptions import ValidationError
 from deployments.errors import InvalidRequest
 from deployments.models import Deployment, Project
 from deployments.projects_as_code.schema import InvalidDocument, parse
-from deployments.runner.environment import step_environment
+from deployments.runner.process_env import step_process_env
 from deployments.services import deployment_create
 from tests.api.conftest import assert_error
 
@@ -91,7 +91,7 @@ def test_the_model_validator_refuses_a_trailing_newline(db):
 def test_the_runner_never_gives_a_step_a_variable_name_with_a_newline(make_project):
     project = make_project(env={"OK": "1", "BAD\n": "2"}, secrets={"S\n": "x"})
     deployment = Deployment(project=project, environment="production", params={"P\n": "3"})
-    env = step_environment(
+    env = step_process_env(
         deployment=deployment, project=project, step={"env": {"E\n": "4"}}, position=1, workdir="/"
     )
     assert env["OK"] == "1"

@@ -139,7 +139,6 @@ def test_the_connection_goes_to_the_checked_address_not_a_fresh_lookup(monkeypat
         assert request.header("X-Test") == "1"
     finally:
         receiver.close()
-        transport.close_all()
 
 
 @pytest.fixture
@@ -189,4 +188,3 @@ def test_https_to_a_pinned_address_sends_sni_and_verifies_the_host_name(certific
             )
     finally:
         receiver.close()
-        transport.close_all()

@@ -1,9 +1,13 @@
-"""Build the explicit environment a step runs with: never the worker's whole environment."""
+"""Build the process environment variables a step runs with: never the worker's whole set.
+
+"Environment" here is the OS environment of the step's process (its variables), not a
+deploy target (``deployments.environments``).
+"""
 
 import re
 
 from deployments.models import Deployment, Project
-from project import env as process_env
+from project import env as worker_env
 
 # Taken from the worker's environment when set there; nothing else of it reaches a step.
 ALLOWED = ("PATH", "HOME", "LANG", "LC_ALL", "TZ")
@@ -19,7 +23,7 @@ def _strings(values: dict | None) -> dict[str, str]:
     }
 
 
-def step_environment(
+def step_process_env(
     *, deployment: Deployment, project: Project, step: dict, position: int, workdir: str
 ) -> dict[str, str]:
     """Return the variables for one step, later layers winning.
@@ -28,7 +32,7 @@ def step_environment(
     project secrets, and finally ``CONVEYOR_*`` facts about the deployment (not overridable).
     """
     env = dict(DEFAULTS)
-    env.update(process_env.inherited(ALLOWED))
+    env.update(worker_env.inherited(ALLOWED))
     env.update(_strings(project.env))
     env.update(_strings(step.get("env")))
     env.update({f"CONVEYOR_PARAM_{k.upper()}": v for k, v in _strings(deployment.params).items()})
