@@ -182,6 +182,12 @@ class EnvironmentAdmin(ConveyorModelAdmin):
             rollback_url=reverse("admin:deployments_environment_rollback", args=[slug, name]),
             rollback_key=uuid.uuid4().hex,
             rules_url=reverse("admin:deployments_environment_rules", args=[slug, name]),
+            lock_url=(
+                reverse("admin:deployments_deploylock_changelist")
+                + f"?project__id__exact={project.pk}&environment__exact={name}"
+                if request.user.has_perm("deployments.view_deploylock")
+                else ""
+            ),
         )
         return TemplateResponse(request, "admin/deployments/environment/page.html", context)
 

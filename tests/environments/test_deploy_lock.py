@@ -4,6 +4,7 @@ is released by whoever took it or an admin — through the API and the admin, au
 import time
 
 import pytest
+from django.contrib.auth.models import Permission
 from django.test import Client
 
 from deployments.models import DeployLock, Deployment, Environment
@@ -175,6 +176,13 @@ def test_a_person_needs_the_permission_and_a_lock_shows_on_the_deployment_page(s
     page = browser.get(f"/admin/deployments/deployment/{deployment.pk}/change/")
     assert page.status_code == 200
     assert b"bob via token:bob-deploy" in page.content and b"bob&#x27;s freeze" in page.content
+    # ... and so do the environment's page and the environments list.
+    bob.user_permissions.add(Permission.objects.get(codename="view_environment"))
+    browser.force_login(bob)
+    env_page = browser.get("/admin/deployments/environment/env/shop/production/").content.decode()
+    assert 'id="environment-lock"' in env_page and "bob&#x27;s freeze" in env_page
+    overview = browser.get("/admin/deployments/environment/").content.decode()
+    assert "locked by bob via token:bob-deploy" in overview
 
 
 def test_the_admin_takes_and_releases_a_lock_through_the_service(shop):
