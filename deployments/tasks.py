@@ -97,3 +97,11 @@ def expire_approvals(force: bool = False) -> dict:
     from deployments.maintenance.approvals import expire_approvals as expire
 
     return runs.run_task("expire_approvals", expire, force=force)
+
+
+@shared_task(name="maintenance.check_unrouted", ignore_result=True)
+def check_unrouted(force: bool = False) -> dict:
+    """Decide runs_on deployments no live deployer can take (deployments.maintenance.unrouted)."""
+    from deployments.maintenance.unrouted import check_unrouted as check
+
+    return runs.run_task("check_unrouted", check, force=force)

@@ -313,6 +313,11 @@ CONVEYOR_PERIODIC_TASKS = [
         _CONVEYOR["CONVEYOR_APPROVAL_EXPIRY_INTERVAL"],
     ),
     (
+        "conveyor: decide deployments no deployer can take",
+        "maintenance.check_unrouted",
+        _CONVEYOR["CONVEYOR_UNROUTED_CHECK_INTERVAL"],
+    ),
+    (
         "conveyor: purge old webhook deliveries",
         "maintenance.purge_webhooks",
         _CONVEYOR["CONVEYOR_PURGE_INTERVAL"],

@@ -181,6 +181,12 @@ SETTINGS: tuple[Setting, ...] = (
     _s("CONVEYOR_LOG_RETENTION", "duration", "90d", "deployment logs kept this long"),
     _s("CONVEYOR_APPROVAL_TIMEOUT", "duration", "24h", "how long a deployment awaits approval"),
     _s("CONVEYOR_APPROVAL_EXPIRY_INTERVAL", "duration", "1m", "how often approvals expire"),
+    _s(
+        "CONVEYOR_UNROUTED_CHECK_INTERVAL",
+        "duration",
+        "1m",
+        "how often beat decides runs_on deployments while no deployer claims them",
+    ),
     _s("CONVEYOR_DORA_FAILURE_WINDOW", "duration", "7d", "a rollback within this is a failure"),
     # --- Webhooks -----------------------------------------------------------------------
     _s("CONVEYOR_WEBHOOKS_ENABLED", "boolean", "true", "false: in-app notifications only"),
