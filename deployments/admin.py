@@ -254,7 +254,7 @@ class DeploymentAdmin(LogViewsMixin, ApprovalAdminMixin, ConveyorModelAdmin):
 
     def recover_view(self, request, deployment_id: int):
         """Confirm (a dry-run count) then start the recovery of a deployment's failures."""
-        if not allowed(request.user, "deployment.recover"):
+        if not (allowed(request.user, "deployment.recover") and self.has_view_permission(request)):
             raise PermissionDenied
         deployment = get_object_or_404(Deployment, pk=deployment_id)
         try:

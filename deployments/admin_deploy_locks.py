@@ -6,6 +6,8 @@ holder takes it again (new reason or expiry) or releases it. Whoever took a lock
 release it; anyone else needs ``deployments.delete_deploylock`` (the admin's delete).
 """
 
+from datetime import timedelta
+
 from django import forms
 from django.contrib import admin
 from django.core.exceptions import PermissionDenied
@@ -16,6 +18,7 @@ from deployments.errors import DeploymentError, NotLocked
 from deployments.models import DeployLock, Project
 from project.access.permissions import allowed
 from project.admin_base import ConveyorModelAdmin
+from project.env import parse_duration
 
 
 def holder_of(request: HttpRequest) -> deploy_locks.Holder:
@@ -26,8 +29,10 @@ def holder_of(request: HttpRequest) -> deploy_locks.Holder:
 
 
 class DeployLockForm(forms.ModelForm):
-    expires_in = forms.DurationField(
-        required=False, help_text="e.g. 02:00:00 for two hours; empty: until released"
+    expires_in = forms.CharField(
+        required=False,
+        max_length=20,
+        help_text="seconds, or 30m, 2h, 1d (at most 90 days); empty: until released",
     )
 
     class Meta:
@@ -49,7 +54,7 @@ class DeployLockForm(forms.ModelForm):
                 cleaned["environment"],
                 reason=cleaned["reason"],
                 holder=holder_of(self.request),
-                expires_in=cleaned.get("expires_in"),
+                expires_in=_expiry(cleaned.get("expires_in")),
             )
         except DeploymentError as exc:
             field = getattr(exc, "field", "") or None
@@ -63,6 +68,15 @@ class DeployLockForm(forms.ModelForm):
         """The lock was taken by the service in ``clean``; nothing is copied onto it."""
 
 
+def _expiry(raw: str | None) -> timedelta | None:
+    if not raw:
+        return None
+    try:
+        return parse_duration(raw.strip())
+    except ValueError as exc:
+        raise forms.ValidationError({"expires_in": str(exc)}) from None
+
+
 @admin.register(DeployLock)
 class DeployLockAdmin(ConveyorModelAdmin):
     list_display = ("project", "environment", "reason", "locked_by", "locked_at", "expires_at")
@@ -72,13 +86,10 @@ class DeployLockAdmin(ConveyorModelAdmin):
     fields = ("project", "environment", "reason", "expires_in")
 
     def get_form(self, request, obj=None, change=False, **kwargs):
-        if obj is not None:
-            return super().get_form(
-                request, obj, change, fields=self.get_readonly_fields(request, obj), **kwargs
-            )
-        form = DeployLockForm
+        if obj is not None:  # a read-only page: nothing is edited
+            return super().get_form(request, obj, change, **kwargs)
 
-        class BoundForm(form):
+        class BoundForm(DeployLockForm):
             def __init__(self, *args, **kw):
                 super().__init__(*args, request=request, **kw)
 

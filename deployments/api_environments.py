@@ -4,7 +4,7 @@ from datetime import datetime, timedelta
 
 from django.http import HttpRequest, HttpResponse
 from ninja import Field, Query, Router, Schema
-from pydantic import ConfigDict
+from pydantic import ConfigDict, StrictInt, StrictStr
 
 from deployments import approvals, deploy_locks, dora, history, rollback, selectors
 from deployments.api import (
@@ -39,7 +39,7 @@ class LockIn(Schema):
     reason: str = Field(
         ..., min_length=1, max_length=500, description="why; shown to whoever is refused"
     )
-    expires_in: int | str | None = Field(
+    expires_in: StrictInt | StrictStr | None = Field(
         None,
         description="seconds, or a duration such as 30m, 2h, 1d (at most 90 days); "
         "default: until released",
@@ -277,7 +277,7 @@ def _lock_holder(request: HttpRequest) -> deploy_locks.Holder:
     admin = token.allows(TokenScope.ADMIN) and (
         user is None or allowed(user, "environment.unlock_any")
     )
-    return deploy_locks.Holder(label=actor(request), user=user, token=token.name, admin=admin)
+    return deploy_locks.Holder(label=actor(request), user=user, token_id=token.pk, admin=admin)
 
 
 @router.post(

@@ -28,6 +28,8 @@ from jobs.models import AuditLog
 
 # The longest a lock may be taken for with an expiry (without one it holds until released).
 MAX_EXPIRY = timedelta(days=90)
+# A lock makes an environment exist for the lists: bounded, so locks can't flood them.
+MAX_LOCKS_PER_PROJECT = 100
 
 
 @dataclass(frozen=True)
@@ -36,14 +38,14 @@ class Holder:
 
     label: str
     user: object | None = None
-    token: str = ""
+    token_id: int | None = None
     admin: bool = False
 
     def took(self, lock: DeployLock) -> bool:
         """True if this holder is the one who took ``lock``."""
         if lock.locked_by_user_id is not None:
             return self.user is not None and self.user.pk == lock.locked_by_user_id
-        return bool(self.token) and self.token == lock.locked_by_token
+        return self.token_id is not None and self.token_id == lock.locked_by_token_id
 
 
 def current_lock(project: Project, environment: str, *, now: datetime | None = None):
@@ -86,14 +88,20 @@ def lock_acquire(
         raise InvalidRequest(
             "expires_in must be more than 0 and at most 90 days", field="expires_in"
         )
-    now = timezone.now()
     with transaction.atomic():
         lock_environment(project.pk, environment)
+        now = timezone.now()  # after the serializing lock: no deployment admitted after it
         check_declared(project, rules_of(project, environment))
         held = current_lock(project, environment, now=now)
         if held is not None and not holder.took(held):
             refuse_if_locked(project, environment)
         replaced = DeployLock.objects.filter(project=project, environment=environment).first()
+        if replaced is None and _locks_of(project) >= MAX_LOCKS_PER_PROJECT:
+            raise InvalidRequest(
+                f"project {project.slug} already has {MAX_LOCKS_PER_PROJECT} deploy locks; "
+                "release one first",
+                field="environment",
+            )
         DeployLock.objects.filter(project=project, environment=environment).delete()
         lock = DeployLock.objects.create(
             project=project,
@@ -101,7 +109,7 @@ def lock_acquire(
             reason=reason,
             locked_by=holder.label,
             locked_by_user=holder.user,
-            locked_by_token=holder.token,
+            locked_by_token_id=holder.token_id,
             locked_at=now,
             expires_at=now + expires_in if expires_in else None,
         )
@@ -133,6 +141,10 @@ def lock_release(project: Project, environment: str, *, holder: Holder) -> Deplo
             {"locked_by": lock.locked_by, "reason": lock.reason},
         )
     return lock
+
+
+def _locks_of(project: Project) -> int:
+    return DeployLock.objects.filter(project=project).count()
 
 
 def lock_as_dict(lock: DeployLock | None) -> dict | None:

@@ -29,6 +29,7 @@ from jobs.models import WorkerHeartbeat
 from jobs.queues import paused_names
 from project.access.auth import verify_bearer
 from project.access.models import TokenScope
+from project.access.permissions import allowed
 from webhooks.models import Delivery, DeliveryAttempt, DeliveryStatus
 
 logger = logging.getLogger(__name__)
@@ -50,7 +51,9 @@ def authorised(request) -> bool:
     """An allow-listed client address, or a bearer token of admin scope.
 
     The token is checked as the API checks it (project.access.auth.verify_bearer): a wrong
-    one counts as a failed authentication and a locked-out client gets the same 429.
+    one counts as a failed authentication and a locked-out client gets the same 429. A token
+    that acts for a person answers only if that person may see the metrics (``metrics.view``,
+    as the dashboard asks).
     """
     try:
         address = ipaddress.ip_address(request.META.get("REMOTE_ADDR", ""))
@@ -62,7 +65,9 @@ def authorised(request) -> bool:
     if not header.startswith("Bearer "):
         return False
     token = verify_bearer(request, header.removeprefix("Bearer ").strip())
-    return token is not None and token.allows(TokenScope.ADMIN)
+    if token is None or not token.allows(TokenScope.ADMIN):
+        return False
+    return token.user_id is None or allowed(token.user, "metrics.view")
 
 
 class DatabaseCollector:

@@ -22,7 +22,7 @@ class Migration(migrations.Migration):
                 ('environment', deployments.models.projects.EnvironmentNameField(max_length=64, validators=[django.core.validators.RegexValidator('\\A[A-Za-z0-9][A-Za-z0-9._-]{0,63}\\Z', "use letters, digits, '.', '_' and '-' (max 64)")])),
                 ('reason', models.CharField(max_length=500)),
                 ('locked_by', models.CharField(help_text='who took it, as the audit log names them', max_length=200)),
-                ('locked_by_token', models.CharField(blank=True, default='', help_text="the API token's name, if one took it", max_length=100)),
+                ('locked_by_token_id', models.BigIntegerField(blank=True, null=True, help_text='the API token that took it (its id), if one did')),
                 ('locked_at', models.DateTimeField()),
                 ('expires_at', models.DateTimeField(blank=True, help_text='empty: until released', null=True)),
                 ('locked_by_user', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),

@@ -144,8 +144,9 @@ class DeployLock(models.Model):
     locked_by_user = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
     )
-    locked_by_token = models.CharField(
-        max_length=100, blank=True, default="", help_text="the API token's name, if one took it"
+    # An id, not a name: token names are not unique, and a name can be changed.
+    locked_by_token_id = models.BigIntegerField(
+        null=True, blank=True, help_text="the API token that took it (its id), if one did"
     )
     locked_at = models.DateTimeField()
     expires_at = models.DateTimeField(null=True, blank=True, help_text="empty: until released")

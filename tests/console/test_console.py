@@ -1,6 +1,7 @@
 """The console without a browser: /metrics, permissions of buttons, owners' retry and cancel."""
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
 from django.db import transaction
 from django.test import Client
@@ -50,6 +51,12 @@ def test_metrics_need_an_admin_token_or_an_allowed_address(settings):
     bearer = {"HTTP_AUTHORIZATION": f"Bearer {deploy}"}
     assert client().get("/metrics", **bearer).status_code == 403
     assert client().get("/metrics", HTTP_AUTHORIZATION=f"Bearer {admin}").status_code == 200
+    # An admin token that acts for a person answers only if that person may see the metrics.
+    person = get_user_model().objects.create_user("runner", is_staff=True)
+    _, personal = token_create(name="runner-admin", scope=TokenScope.ADMIN, user=person)
+    assert client().get("/metrics", HTTP_AUTHORIZATION=f"Bearer {personal}").status_code == 403
+    person.user_permissions.add(Permission.objects.get(codename="view_job"))
+    assert client().get("/metrics", HTTP_AUTHORIZATION=f"Bearer {personal}").status_code == 200
     settings.CONVEYOR_METRICS_ALLOW = "10.0.0.0/8, 127.0.0.1"
     assert client().get("/metrics").status_code == 200
     settings.CONVEYOR_METRICS_ALLOW = "10.0.0.0/8"

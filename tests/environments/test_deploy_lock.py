@@ -6,6 +6,7 @@ import time
 import pytest
 from django.contrib.auth.models import Permission
 from django.test import Client
+from django.utils import timezone
 
 from deployments.models import DeployLock, Deployment, Environment
 from deployments.services import deployment_cancel, deployment_create
@@ -80,11 +81,15 @@ def test_a_locked_environment_refuses_trigger_retry_and_rollback_naming_who_and_
 def test_only_the_holder_or_an_admin_releases_and_others_cannot_take_it(shop, project_api):
     holder = project_api("deploy", shop)
     other = bound_token(shop, "other-ci")
+    namesake = bound_token(shop, "deploy-bound")  # the holder's name, another token
     assert holder.post(LOCK, {"reason": "incident 42"}).status_code == 200
 
     taken = assert_error(other.post(LOCK, {"reason": "mine now"}), 409, "environment_locked")
     assert "incident 42" in taken["message"]
     assert_error(other.delete(LOCK), 403, "forbidden")
+    # A lock belongs to the token that took it, not to its name (names repeat, and change).
+    assert_error(namesake.post(LOCK, {"reason": "mine"}), 409, "environment_locked")
+    assert_error(namesake.delete(LOCK), 403, "forbidden")
     assert DeployLock.objects.get().reason == "incident 42"
 
     # The holder may take it again: a new reason and expiry, audited as a replacement.
@@ -123,6 +128,8 @@ def test_an_expired_lock_no_longer_holds_and_is_replaced(shop, project_api):
         ({"reason": "ok", "expires_in": 0}, "expires_in"),
         ({"reason": "ok", "expires_in": -5}, "expires_in"),
         ({"reason": "ok", "expires_in": "100d"}, "expires_in"),
+        ({"reason": "ok", "expires_in": True}, "expires_in"),
+        ({"reason": "ok", "expires_in": 1.5}, "expires_in"),
         ({"reason": "ok", "until": "tomorrow"}, "until"),
     ],
 )
@@ -177,10 +184,17 @@ def test_a_person_needs_the_permission_and_a_lock_shows_on_the_deployment_page(s
     assert page.status_code == 200
     assert b"bob via token:bob-deploy" in page.content and b"bob&#x27;s freeze" in page.content
     # ... and so do the environment's page and the environments list.
-    bob.user_permissions.add(Permission.objects.get(codename="view_environment"))
+    bob.user_permissions.add(
+        *Permission.objects.filter(codename__in=["view_environment", "run_deployment"])
+    )
+    now = timezone.now()  # a success to roll back from, so only the lock holds the button back
+    Deployment.objects.filter(pk=deployment.pk).update(
+        status="success", started_at=now, finished_at=now
+    )
     browser.force_login(bob)
     env_page = browser.get("/admin/deployments/environment/env/shop/production/").content.decode()
     assert 'id="environment-lock"' in env_page and "bob&#x27;s freeze" in env_page
+    assert 'id="rollback-button"' not in env_page and 'id="rollback-locked"' in env_page
     overview = browser.get("/admin/deployments/environment/").content.decode()
     assert "locked by bob via token:bob-deploy" in overview
 
@@ -191,11 +205,26 @@ def test_the_admin_takes_and_releases_a_lock_through_the_service(shop):
     browser.force_login(staff)
     added = browser.post(
         "/admin/deployments/deploylock/add/",
-        {"project": shop.pk, "environment": "Production", "reason": "load test", "expires_in": ""},
+        {"project": shop.pk, "environment": "Production", "reason": "load", "expires_in": "soon"},
+    )
+    assert added.status_code == 200 and b"is not a duration" in added.content
+    assert not DeployLock.objects.exists()
+    added = browser.post(
+        "/admin/deployments/deploylock/add/",
+        {
+            "project": shop.pk,
+            "environment": "Production",
+            "reason": "load test",
+            "expires_in": "2h",
+        },
     )
     assert added.status_code == 302, added.content
     lock = DeployLock.objects.get()
     assert (lock.environment, lock.locked_by, lock.locked_by_user) == ("production", "ops", staff)
+    assert 7190 < (lock.expires_at - lock.locked_at).total_seconds() <= 7200
+    shown = browser.get(f"/admin/deployments/deploylock/{lock.pk}/change/")
+    assert shown.status_code == 200 and b"load test" in shown.content
+    assert f"/admin/deployments/deploylock/{lock.pk}/delete/".encode() in shown.content
     with pytest.raises(Exception, match="locked by ops"):
         deployment_create(project=shop, ref="main")
 
@@ -227,3 +256,15 @@ def test_the_admin_takes_and_releases_a_lock_through_the_service(shop):
         ("environment.unlock", "ops"),
     ]
     assert Environment.objects.count() == 0  # a lock needs no rules row
+
+
+def test_a_project_holds_a_bounded_number_of_locks(shop, project_api, monkeypatch):
+    monkeypatch.setattr("deployments.deploy_locks.MAX_LOCKS_PER_PROJECT", 3)
+    ci = project_api("deploy", shop)
+    for n in range(3):
+        assert ci.post(f"/projects/shop/environments/e{n}/lock", {"reason": "x"}).status_code == 200
+    refused = assert_error(ci.post("/projects/shop/environments/e3/lock", {"reason": "x"}), 422)
+    assert "release one first" in refused["message"]
+    # Taking one already held again is not a new lock.
+    assert ci.post("/projects/shop/environments/e0/lock", {"reason": "y"}).status_code == 200
+    assert DeployLock.objects.count() == 3

@@ -169,6 +169,11 @@ def test_recovery_retries_exactly_the_failures_between_a_deployment_and_the_next
     assert 'id="recover-link"' not in viewer.get(page).content.decode()
     assert viewer.get(f"/admin/deployments/deployment/{second.pk}/recover/").status_code == 403
     assert viewer.post(f"/admin/deployments/deployment/{second.pk}/recover/").status_code == 403
+    # The permission alone, without seeing deployments, shows nothing and starts nothing.
+    blind = Client()
+    blind.force_login(person("rec", "recover_deployment"))
+    assert blind.get(f"/admin/deployments/deployment/{second.pk}/recover/").status_code == 403
+    assert blind.post(f"/admin/deployments/deployment/{second.pk}/recover/").status_code == 403
     assert Recovery.objects.count() == 2
 
 
