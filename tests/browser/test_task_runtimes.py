@@ -8,6 +8,7 @@ are saved to ``var/test/screenshots/``.
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
+from playwright.sync_api import expect
 
 from jobs.accounting import rollup
 from jobs.models import Job, JobStatus
@@ -52,7 +53,7 @@ def test_the_tasks_pages_show_what_the_worker_ran(admin_page, start_worker):
     page.click("#content-main a[href='/admin/tasks/']")
     page.wait_for_selector("#tasks-table")
     # The sidebar lists the page beside the dashboard, marked as the current one.
-    assert page.locator("#nav-sidebar a[aria-current=page]").text_content().strip() == "Tasks"
+    expect(page.locator("#nav-sidebar a[aria-current=page]")).to_have_text("Tasks")
     assert cell(page, "tests.record", "executions") == "3"
     assert cell(page, "tests.permanent", "failures") == "1"
     assert cell(page, "tests.permanent", "failure_rate") == "100.0%"
