@@ -10,6 +10,7 @@ from django.shortcuts import get_object_or_404, redirect
 from django.template.defaultfilters import filesizeformat
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
+from django.utils.html import format_html
 
 from deployments import (
     admin_deploy_locks,  # noqa: F401 - registers the deploy lock admin
@@ -115,12 +116,10 @@ class DeploymentAdmin(LogViewsMixin, ApprovalAdminMixin, ConveyorModelAdmin):
         "environment",
         "ref",
         "short_sha",
-        "pipeline_name",
-        "status",
+        "status_pill",
         "failure_reason",
         "health_status",
-        "attempt",
-        "triggered_by",
+        "triggered_by_short",
         "created_at",
         "duration",
     )
@@ -288,6 +287,23 @@ class DeploymentAdmin(LogViewsMixin, ApprovalAdminMixin, ConveyorModelAdmin):
 
     def has_delete_permission(self, request, obj=None) -> bool:
         return False  # history; old logs go with the log purge, the rows stay
+
+    class Media:
+        css = {"all": ("console/console.css",)}  # the status pills, one line per row
+        js = ("console/wide_list.js",)  # the sidebar starts closed: the list needs the width
+
+    @admin.display(description="status", ordering="status")
+    def status_pill(self, deployment: Deployment):
+        # A class, not a style attribute: the console's CSP allows no inline style.
+        return format_html('<b class="pill {}">{}</b>', deployment.status, deployment.status)
+
+    @admin.display(description="triggered by", ordering="triggered_by")
+    def triggered_by_short(self, deployment: Deployment):
+        return format_html(
+            '<span class="clip" title="{}">{}</span>',
+            deployment.triggered_by,
+            deployment.triggered_by,
+        )
 
     @admin.display(description="health")
     def health_status(self, deployment: Deployment) -> str:
