@@ -14,7 +14,6 @@ from deployments.models import FINISHED, Deployment, DeploymentStatus, Project
 from project.access.auth import acting_user, actor, require_scope
 from project.access.idempotency import IdempotencyConflict, run_once, token_scoped
 from project.access.models import ApiToken, TokenScope
-from project.access.permissions import PERMISSIONS, allowed
 from project.api_errors import ApiError
 from project.pagination import DEFAULT_LIMIT, MAX_LIMIT, paginate
 
@@ -165,7 +164,7 @@ def as_json(deployment: Deployment) -> dict:
     summary="Trigger a deployment (send an Idempotency-Key to make retries safe)",
 )
 def trigger(request: HttpRequest, response: HttpResponse, slug: str, payload: TriggerIn):
-    require_scope(request, TokenScope.DEPLOY)
+    require_scope(request, TokenScope.DEPLOY, action="deployment.trigger")
     require_override(request, payload.override_freeze)
     project = visible_project(request, slug)
 
@@ -327,7 +326,7 @@ def get_timeline(request: HttpRequest, deployment_id: int):
     summary="Run a finished deployment again, as a new deployment linked by retry_of",
 )
 def retry(request: HttpRequest, response: HttpResponse, deployment_id: int):
-    require_scope(request, TokenScope.DEPLOY)
+    require_scope(request, TokenScope.DEPLOY, action="deployment.retry")
     visible_deployment(request, deployment_id)
     new = services.deployment_retry(
         deployment_id=deployment_id,
@@ -344,7 +343,7 @@ def retry(request: HttpRequest, response: HttpResponse, deployment_id: int):
     summary="Cancel: a pending deployment at once, a running one after its steps stop",
 )
 def cancel(request: HttpRequest, deployment_id: int):
-    require_scope(request, TokenScope.DEPLOY)
+    require_scope(request, TokenScope.DEPLOY, action="deployment.cancel")
     visible_deployment(request, deployment_id)
     deployment = services.deployment_cancel(deployment_id=deployment_id, actor=actor(request))
     return Status(202, selectors.deployment_as_dict(deployment))
@@ -380,15 +379,9 @@ class RecoveryOut(Schema):
     summary="Retry the project's dead jobs and deliveries between this deployment and the next",
 )
 def recover(request: HttpRequest, deployment_id: int, payload: RecoverIn):
-    require_scope(request, TokenScope.DEPLOY)
+    require_scope(request, TokenScope.DEPLOY, action="deployment.recover")
     deployment = visible_deployment(request, deployment_id)
     user = acting_user(request)
-    if user is not None and not allowed(user, "deployment.recover"):
-        raise ApiError(
-            403,
-            "forbidden",
-            f"{user.get_username()} lacks the {PERMISSIONS['deployment.recover']} permission",
-        )
     if payload.dry_run:
         counted = recovery.recovery_count(deployment)
         return Status(200, {**counted, "dry_run": True, "status": "counted"})

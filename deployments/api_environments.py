@@ -19,8 +19,7 @@ from deployments.errors import InvalidRequest
 from deployments.validation import clean_environment
 from project.access.auth import acting_user, actor, require_scope
 from project.access.models import ApiToken, TokenScope
-from project.access.permissions import PERMISSIONS, allowed
-from project.api_errors import ApiError
+from project.access.permissions import allowed
 from project.env import parse_duration
 from project.pagination import DEFAULT_LIMIT, MAX_LIMIT, paginate
 
@@ -208,7 +207,7 @@ def rollback_environment(
     name: str,
     payload: RollbackIn | None = None,
 ):
-    require_scope(request, TokenScope.DEPLOY)
+    require_scope(request, TokenScope.DEPLOY, action="environment.rollback")
     payload = payload or RollbackIn()
     require_override(request, payload.override_freeze)
     project = visible_project(request, slug)
@@ -286,14 +285,7 @@ def _lock_holder(request: HttpRequest) -> deploy_locks.Holder:
     summary="Lock an environment: new deployments to it are refused (409) until released",
 )
 def lock_environment(request: HttpRequest, slug: str, name: str, payload: LockIn):
-    require_scope(request, TokenScope.DEPLOY)
-    user = acting_user(request)
-    if user is not None and not allowed(user, "environment.lock"):
-        raise ApiError(
-            403,
-            "forbidden",
-            f"{user.get_username()} lacks the {PERMISSIONS['environment.lock']} permission",
-        )
+    require_scope(request, TokenScope.DEPLOY, action="environment.lock")
     project = visible_project(request, slug)
     lock = deploy_locks.lock_acquire(
         project,

@@ -172,7 +172,7 @@ def get_queue(request: HttpRequest):
 
 @router.get("/jobs", response=list[JobOut], summary="List jobs, newest first")
 def list_jobs(request: HttpRequest, response: HttpResponse, filters: Query[JobFilters]):
-    require_scope(request, TokenScope.ADMIN)
+    require_scope(request, TokenScope.ADMIN, action="job.view")
     jobs = Job.objects.all()
     for name in ("status", "queue"):
         value = getattr(filters, name)
@@ -187,7 +187,7 @@ def list_jobs(request: HttpRequest, response: HttpResponse, filters: Query[JobFi
     "/jobs/{int:job_id}", response=JobOut, summary="One job: attempts, last error, timestamps"
 )
 def get_job(request: HttpRequest, job_id: int):
-    require_scope(request, TokenScope.ADMIN)
+    require_scope(request, TokenScope.ADMIN, action="job.view")
     return get_object_or_404(Job, pk=job_id)
 
 
@@ -201,7 +201,7 @@ def get_job(request: HttpRequest, job_id: int):
     "with `created`, the new deployment, and `Location` pointing at it.",
 )
 def retry_job(request: HttpRequest, response: HttpResponse, job_id: int):
-    require_scope(request, TokenScope.ADMIN)
+    require_scope(request, TokenScope.ADMIN, action="job.retry")
     result = owners.job_retry(job_id, actor=actor(request), user=acting_user(request))
     if isinstance(result, owners.OwnerInfo):
         if result.api_path:
@@ -214,19 +214,19 @@ def retry_job(request: HttpRequest, response: HttpResponse, job_id: int):
     "/jobs/{int:job_id}/cancel", response={202: JobOut}, summary="Cancel a job (running: ask it)"
 )
 def cancel_job(request: HttpRequest, job_id: int):
-    require_scope(request, TokenScope.ADMIN)
+    require_scope(request, TokenScope.ADMIN, action="job.cancel")
     return Status(202, owners.job_cancel(job_id, actor=actor(request)))
 
 
 @router.get("/queues", response=list[QueueStateOut], summary="Every declared queue: state and use")
 def list_queues(request: HttpRequest):
-    require_scope(request, TokenScope.ADMIN)
+    require_scope(request, TokenScope.ADMIN, action="job.view")
     return queues.describe()
 
 
-def _pause_action(request: HttpRequest, name: str, action) -> dict:
+def _pause_action(request: HttpRequest, name: str, action, permission: str) -> dict:
     """Pause or resume a queue or a task; 404 in the error shape for an unknown name."""
-    require_scope(request, TokenScope.ADMIN)
+    require_scope(request, TokenScope.ADMIN, action=permission)
     try:
         return action(name, actor=actor(request))
     except (queues.UnknownQueue, task_states.UnknownTask) as exc:
@@ -239,7 +239,7 @@ def _pause_action(request: HttpRequest, name: str, action) -> dict:
     summary="Pause a queue: once this answers, none of its jobs starts; running ones finish",
 )
 def pause_queue(request: HttpRequest, name: str):
-    return _pause_action(request, name, queues.pause)
+    return _pause_action(request, name, queues.pause, "queue.pause")
 
 
 @router.post(
@@ -248,7 +248,7 @@ def pause_queue(request: HttpRequest, name: str):
     summary="Resume a queue: its due jobs are rung for at once",
 )
 def resume_queue(request: HttpRequest, name: str):
-    return _pause_action(request, name, queues.resume)
+    return _pause_action(request, name, queues.resume, "queue.pause")
 
 
 class TaskLimitOut(Schema):
@@ -283,7 +283,7 @@ class TaskStateOut(Schema):
     "/tasks", response=list[TaskStateOut], summary="Limited or paused job tasks: state and use"
 )
 def list_tasks(request: HttpRequest):
-    require_scope(request, TokenScope.ADMIN)
+    require_scope(request, TokenScope.ADMIN, action="job.view")
     return task_states.describe(busiest_keys=True)
 
 
@@ -293,7 +293,7 @@ def list_tasks(request: HttpRequest):
     summary="Pause a task in every queue: once this answers, none of its jobs starts",
 )
 def pause_task(request: HttpRequest, name: str):
-    return _pause_action(request, name, task_states.pause)
+    return _pause_action(request, name, task_states.pause, "task.pause")
 
 
 @router.post(
@@ -302,4 +302,4 @@ def pause_task(request: HttpRequest, name: str):
     summary="Resume a task: its due jobs are rung for at once",
 )
 def resume_task(request: HttpRequest, name: str):
-    return _pause_action(request, name, task_states.resume)
+    return _pause_action(request, name, task_states.resume, "task.pause")

@@ -98,8 +98,9 @@ class ReplayOut(Schema):
     replayed: int
 
 
-def _admin(request: HttpRequest) -> str:
-    require_scope(request, TokenScope.ADMIN)
+def _admin(request: HttpRequest, action: str) -> str:
+    """Admin scope, and for a person's token that person's permission for ``action``."""
+    require_scope(request, TokenScope.ADMIN, action=action)
     return actor(request)
 
 
@@ -113,14 +114,14 @@ def create_endpoint(request: HttpRequest, payload: EndpointIn):
         url=payload.url,
         topics=payload.topics,
         description=payload.description,
-        actor=_admin(request),
+        actor=_admin(request, "endpoint.create"),
     )
     return Status(201, endpoint)
 
 
 @router.get("/webhooks/endpoints", response=list[EndpointOut], summary="List webhook endpoints")
 def list_endpoints(request: HttpRequest):
-    _admin(request)
+    _admin(request, "endpoint.view")
     return selectors.endpoint_list()
 
 
@@ -128,7 +129,7 @@ def list_endpoints(request: HttpRequest):
     "/webhooks/endpoints/{int:endpoint_id}", response=EndpointOut, summary="One webhook endpoint"
 )
 def get_endpoint(request: HttpRequest, endpoint_id: int):
-    _admin(request)
+    _admin(request, "endpoint.view")
     return selectors.endpoint_get(endpoint_id=endpoint_id)
 
 
@@ -139,14 +140,16 @@ def get_endpoint(request: HttpRequest, endpoint_id: int):
 )
 def update_endpoint(request: HttpRequest, endpoint_id: int, payload: EndpointPatch):
     changes = {k: v for k, v in payload.model_dump(exclude_unset=True).items() if v is not None}
-    return services.endpoint_update(endpoint_id=endpoint_id, actor=_admin(request), **changes)
+    return services.endpoint_update(
+        endpoint_id=endpoint_id, actor=_admin(request, "endpoint.operate"), **changes
+    )
 
 
 @router.delete(
     "/webhooks/endpoints/{int:endpoint_id}", response={204: None}, summary="Delete an endpoint"
 )
 def delete_endpoint(request: HttpRequest, endpoint_id: int):
-    services.endpoint_delete(endpoint_id=endpoint_id, actor=_admin(request))
+    services.endpoint_delete(endpoint_id=endpoint_id, actor=_admin(request, "endpoint.delete"))
     return Status(204, None)
 
 
@@ -156,7 +159,9 @@ def delete_endpoint(request: HttpRequest, endpoint_id: int):
     summary="New secret; the previous one keeps signing alongside for 24 hours",
 )
 def rotate_secret(request: HttpRequest, endpoint_id: int):
-    return services.endpoint_rotate_secret(endpoint_id=endpoint_id, actor=_admin(request))
+    return services.endpoint_rotate_secret(
+        endpoint_id=endpoint_id, actor=_admin(request, "endpoint.rotate")
+    )
 
 
 @router.post(
@@ -165,7 +170,9 @@ def rotate_secret(request: HttpRequest, endpoint_id: int):
     summary="Send a webhook.test event to this endpoint",
 )
 def send_test(request: HttpRequest, endpoint_id: int):
-    delivery = services.endpoint_send_test(endpoint_id=endpoint_id, actor=_admin(request))
+    delivery = services.endpoint_send_test(
+        endpoint_id=endpoint_id, actor=_admin(request, "endpoint.test")
+    )
     return Status(202, selectors.delivery_get(delivery_id=delivery.pk))
 
 
@@ -179,14 +186,14 @@ def replay_since(request: HttpRequest, endpoint_id: int, payload: ReplayIn):
         endpoint_id=endpoint_id,
         since=payload.since,
         statuses=tuple(payload.statuses),
-        actor=_admin(request),
+        actor=_admin(request, "endpoint.replay"),
     )
     return Status(202, {"replayed": count})
 
 
 @router.get("/webhooks/deliveries", response=list[DeliveryOut], summary="Deliveries, newest first")
 def list_deliveries(request: HttpRequest, response: HttpResponse, filters: Query[DeliveryFilters]):
-    _admin(request)
+    _admin(request, "delivery.view")
     deliveries = selectors.delivery_list(endpoint_id=filters.endpoint, status=filters.status)
     return paginate(request, response, deliveries, limit=filters.limit, before=filters.before)
 
@@ -197,7 +204,7 @@ def list_deliveries(request: HttpRequest, response: HttpResponse, filters: Query
     summary="One delivery with every HTTP attempt",
 )
 def get_delivery(request: HttpRequest, delivery_id: int):
-    _admin(request)
+    _admin(request, "delivery.view")
     return selectors.delivery_get(delivery_id=delivery_id)
 
 
@@ -207,5 +214,7 @@ def get_delivery(request: HttpRequest, delivery_id: int):
     summary="Send a finished delivery again (same webhook-id)",
 )
 def replay(request: HttpRequest, delivery_id: int):
-    delivery = services.delivery_replay(delivery_id=delivery_id, actor=_admin(request))
+    delivery = services.delivery_replay(
+        delivery_id=delivery_id, actor=_admin(request, "delivery.replay")
+    )
     return Status(202, selectors.delivery_get(delivery_id=delivery.pk))

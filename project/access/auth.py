@@ -4,6 +4,7 @@ from django.contrib.auth import authenticate
 from ninja.security import HttpBearer
 
 from project.access.models import ApiToken, TokenScope
+from project.access.permissions import PERMISSIONS, allowed
 from project.access.tokens import token_authenticate
 
 
@@ -42,8 +43,13 @@ class ApiTokenBackend:
         return None
 
 
-def require_scope(request, scope: TokenScope) -> ApiToken:
-    """Return the request's token if it carries ``scope``, else answer 403."""
+def require_scope(request, scope: TokenScope, *, action: str | None = None) -> ApiToken:
+    """Return the request's token if it carries ``scope``, else answer 403.
+
+    With ``action`` (a key of project.access.permissions.PERMISSIONS), a token that acts for a
+    person also needs that person to hold the action's permission, as the console asks of
+    them: a person's token never does more than the person may.
+    """
     from project.api_errors import ApiError
 
     token: ApiToken = request.auth
@@ -52,6 +58,12 @@ def require_scope(request, scope: TokenScope) -> ApiToken:
             403,
             "forbidden",
             f"this token's scope ({token.scope}) does not allow this; needs {scope}",
+        )
+    if action is not None and token.user_id is not None and not allowed(token.user, action):
+        raise ApiError(
+            403,
+            "forbidden",
+            f"{token.user.get_username()} lacks the {PERMISSIONS[action]} permission",
         )
     return token
 

@@ -28,9 +28,11 @@ def people(transactional_db):
         name: get_user_model().objects.create_user(name, is_staff=True)
         for name in ("alice", "bob", "carol", "dave", "erin")
     }
+    # Each may approve; alice also deploys (a person's token does only what the person may).
     approve = Permission.objects.get(codename="approve_deployment")
     for user in users.values():
         user.user_permissions.add(approve)
+    users["alice"].user_permissions.add(Permission.objects.get(codename="run_deployment"))
     Group.objects.create(name="releasers").user_set.add(users["carol"])
     return users
 

@@ -150,7 +150,7 @@ def test_the_automatic_rollback_obeys_locks_and_only_undoes_the_current_deployme
     Deployment.objects.filter(pk=good.pk).update(health={})  # judged long ago
     bad = finished(project, "prod", ago=120, commit="b" * 40)
 
-    lock_acquire(project, "prod", reason="incident", holder=Holder(label="ops", token="ops"))
+    lock_acquire(project, "prod", reason="incident", holder=Holder(label="ops", token_id=1))
     refused = health_evaluate(bad.pk)
     assert refused["status"] == "unhealthy" and refused["rollback"]["started"] is False
     assert "locked by ops" in refused["rollback"]["error"]
@@ -159,7 +159,7 @@ def test_the_automatic_rollback_obeys_locks_and_only_undoes_the_current_deployme
     assert not Deployment.objects.filter(undoes=bad).exists()
 
     # A newer success replaced it meanwhile: nothing to undo any more.
-    lock_release(project, "prod", holder=Holder(label="ops", token="ops"))
+    lock_release(project, "prod", holder=Holder(label="ops", token_id=1))
     late = finished(project, "prod", ago=100, commit="c" * 40)
     newer = finished(project, "prod", ago=10, commit="d" * 40)
     assert health_evaluate(late.pk)["rollback"] == {

@@ -7,6 +7,7 @@ from django.core.management import CommandError, call_command
 from django.test import Client
 
 from deployments.models import Deployment, Environment
+from deployments.services import deployment_cancel, deployment_create
 from jobs.models import AuditLog
 from project.access.models import ApiToken
 from project.access.tokens import token_create
@@ -45,7 +46,7 @@ def _bind(api: Api, project) -> Api:
 
 
 def test_self_approval_is_refused_by_person_with_another_token_and_in_the_console(shop):
-    alice = person("alice", "approve_deployment")
+    alice = person("alice", "approve_deployment", "run_deployment")
     deploy = _bind(token_of(alice, "deploy"), shop)
     created = deploy.post("/projects/shop/deployments", {"ref": "main"})
     assert created.status_code == 201, created.content
@@ -66,7 +67,9 @@ def test_self_approval_is_refused_by_person_with_another_token_and_in_the_consol
 
 
 def test_only_an_active_person_with_the_permission_approves_where_nobody_is_listed(shop):
-    requester = _bind(token_of(person("erin", "approve_deployment"), "deploy"), shop)
+    requester = _bind(
+        token_of(person("erin", "approve_deployment", "run_deployment"), "deploy"), shop
+    )
 
     def waiting() -> int:
         return requester.post("/projects/shop/deployments", {"ref": "main"}).json()["id"]
@@ -102,7 +105,7 @@ def test_only_an_active_person_with_the_permission_approves_where_nobody_is_list
 
 def test_retry_and_rollback_record_their_person(make_project, deploy_worker):
     project = make_project("web")
-    ops = person("olga")
+    ops = person("olga", "run_deployment")
     api = _bind(token_of(ops, "deploy"), project)
     deploy_worker()
 
@@ -135,3 +138,32 @@ def test_create_api_token_binds_a_person_and_refuses_what_it_cannot_do(make_proj
         call_command("create_api_token", "--project", "app", "--scope", "admin")
     assert refused.value.returncode == 2 and "every project" in str(refused.value)
     assert ApiToken.objects.count() == 1
+
+
+def test_a_persons_token_does_no_more_than_the_person_may(shop):
+    """Scope says what a token may ask; a token of a person also needs that person's right."""
+    mallory = person("mallory")  # staff, no permission at all
+    deploy = _bind(token_of(mallory, "deploy"), shop)
+    admin = token_of(mallory, "admin", name="mallory-admin")
+    refused = assert_error(deploy.post("/projects/shop/deployments", {"ref": "main"}), 403)
+    assert "deployments.run_deployment" in refused["message"]
+    created = deployment_create(project=shop, ref="main", environment="staging")
+    deployment_cancel(deployment_id=created.pk, actor="test")
+    assert_error(deploy.post(f"/deployments/{created.pk}/retry"), 403, "forbidden")
+    running = deployment_create(project=shop, ref="main", environment="qa")
+    assert_error(deploy.post(f"/deployments/{running.pk}/cancel"), 403, "forbidden")
+    rollback = deploy.post("/projects/shop/environments/production/rollback")
+    assert_error(rollback, 403, "forbidden")
+    assert_error(admin.get("/jobs"), 403, "forbidden")
+    assert_error(admin.post("/queues/default/pause"), 403, "forbidden")
+    assert_error(admin.get("/webhooks/endpoints"), 403, "forbidden")
+    assert Deployment.objects.filter(project=shop).count() == 2  # nothing was made
+
+    mallory.user_permissions.add(
+        *Permission.objects.filter(codename__in=["run_deployment", "view_job", "view_endpoint"])
+    )
+    mallory = get_user_model().objects.get(pk=mallory.pk)  # a fresh permission cache
+    assert deploy.post("/projects/shop/deployments", {"ref": "main"}).status_code == 201
+    assert admin.get("/jobs").status_code == 200
+    assert admin.get("/webhooks/endpoints").status_code == 200
+    assert_error(admin.post("/queues/default/pause"), 403, "forbidden")  # still not that
