@@ -110,6 +110,10 @@ class EnvironmentLocked(DeploymentError):
         }
 
 
+class RecoveryInProgress(DeploymentError):
+    """A recovery of the deployment is still queued or running (409)."""
+
+
 class NotLocked(DeploymentError):
     """The environment holds no deploy lock to release (404)."""
 

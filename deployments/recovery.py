@@ -30,7 +30,7 @@ from datetime import datetime
 from django.db import transaction
 from django.utils import timezone
 
-from deployments.errors import NotRecoverable
+from deployments.errors import NotRecoverable, RecoveryInProgress
 from deployments.health import project_events_since, project_jobs
 from deployments.models import Deployment, DeploymentStatus, Recovery, RecoveryStatus
 from jobs import owners
@@ -122,6 +122,19 @@ def recovery_create(deployment: Deployment, *, actor: str, user=None) -> Recover
     deliveries = dead_deliveries(slug, span.since, span.until).order_by()
     now = timezone.now()
     with transaction.atomic():
+        # One recovery of a deployment at a time: a second ask (a double click, a retried
+        # request) while one is queued or running is refused, naming it.
+        Deployment.objects.select_for_update().filter(pk=deployment.pk).first()
+        unfinished = (
+            Recovery.objects.filter(deployment=deployment)
+            .exclude(status=RecoveryStatus.DONE)
+            .first()
+        )
+        if unfinished is not None:
+            raise RecoveryInProgress(
+                f"recovery {unfinished.pk} of deployment {deployment.pk} is still "
+                f"{unfinished.status}; wait for it to finish"
+            )
         recovery = Recovery.objects.create(
             deployment=deployment,
             actor=actor,

@@ -65,6 +65,7 @@ _DEPLOYMENT_ERRORS = {
     deployment_errors.RefNotAllowed: (422, "ref_not_allowed"),
     deployment_errors.EnvironmentLocked: (409, "environment_locked"),
     deployment_errors.NotLocked: (404, "not_found"),
+    deployment_errors.RecoveryInProgress: (409, "conflict"),
     deployment_errors.NotLockHolder: (403, "forbidden"),
 }
 

@@ -6,8 +6,9 @@ import time
 
 import pytest
 from django.test import Client
+from django.utils import timezone
 
-from deployments.models import Deployment, Recovery
+from deployments.models import Deployment, Recovery, RecoveryStatus
 from deployments.recovery import recovery_create
 from deployments.services import deployment_create
 from jobs import services
@@ -213,3 +214,25 @@ def test_a_recovery_whose_asker_lost_the_permission_retries_nothing(shop, start_
     assert done.errors == ["erin may no longer recover deployments"] and done.done == 0
     assert all(Job.objects.get(pk=pk).status == JobStatus.DEAD for pk in failed)
     assert not retried_jobs(done)
+
+
+def test_one_recovery_of_a_deployment_at_a_time(shop, project_api):
+    """A double click or a retried request while a recovery is queued makes no second one."""
+    deployment = deployment_create(project=shop, ref="main")
+    now = timezone.now()
+    Deployment.objects.filter(pk=deployment.pk).update(
+        status="success", started_at=now, finished_at=now
+    )
+    api = project_api("deploy", shop)
+    path = f"/deployments/{deployment.pk}/recover"
+    first = api.post(path, {"dry_run": False})
+    assert first.status_code == 202, first.content
+    refused = assert_error(api.post(path, {"dry_run": False}), 409, "conflict")
+    assert f"recovery {first.json()['id']}" in refused["message"]
+    assert api.post(path, {"dry_run": True}).status_code == 200  # counting is always fine
+    assert Recovery.objects.count() == 1
+    assert AuditLog.objects.filter(action="deployment.recover").count() == 1
+
+    Recovery.objects.update(status=RecoveryStatus.DONE)  # once it has finished, another may run
+    assert api.post(path, {"dry_run": False}).status_code == 202
+    assert Recovery.objects.count() == 2
