@@ -61,12 +61,16 @@ def refuse_if_locked(project: Project, environment: str) -> None:
     environment = canonical_environment(environment)
     lock = current_lock(project, environment)
     if lock is not None:
-        until = f" until {lock.expires_at.isoformat()}" if lock.expires_at else ""
-        raise EnvironmentLocked(
-            f"environment {environment!r} of project {project.slug} is locked by "
-            f"{lock.locked_by}{until}: {lock.reason}",
-            lock=lock,
-        )
+        raise _locked(project, lock)
+
+
+def _locked(project: Project, lock: DeployLock) -> EnvironmentLocked:
+    until = f" until {lock.expires_at.isoformat()}" if lock.expires_at else ""
+    return EnvironmentLocked(
+        f"environment {lock.environment!r} of project {project.slug} is locked by "
+        f"{lock.locked_by}{until}: {lock.reason}",
+        lock=lock,
+    )
 
 
 def lock_acquire(
@@ -92,17 +96,17 @@ def lock_acquire(
         lock_environment(project.pk, environment)
         now = timezone.now()  # after the serializing lock: no deployment admitted after it
         check_declared(project, rules_of(project, environment))
-        held = current_lock(project, environment, now=now)
-        if held is not None and not holder.took(held):
-            refuse_if_locked(project, environment)
         replaced = DeployLock.objects.filter(project=project, environment=environment).first()
+        if replaced is not None and replaced.holds(now) and not holder.took(replaced):
+            raise _locked(project, replaced)
         if replaced is None and _locks_of(project) >= MAX_LOCKS_PER_PROJECT:
             raise InvalidRequest(
                 f"project {project.slug} already has {MAX_LOCKS_PER_PROJECT} deploy locks; "
                 "release one first",
                 field="environment",
             )
-        DeployLock.objects.filter(project=project, environment=environment).delete()
+        if replaced is not None:  # one's own, or an expired one: taken again
+            replaced.delete()
         lock = DeployLock.objects.create(
             project=project,
             environment=environment,

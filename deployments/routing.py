@@ -23,9 +23,9 @@ from enum import Enum
 from django.db.models import Q
 from django.utils import timezone
 
-from deployments import conf, deployers
+from deployments import conf, deployers, lifecycle
 from deployments.events import log_deployment
-from deployments.models import Deployment, DeploymentEvent
+from deployments.models import Deployment, DeploymentEvent, FailureReason
 from jobs.models import PENDING, Job, JobStatus
 from jobs.publish import publish_on_commit
 
@@ -63,12 +63,29 @@ def decide(deployment: Deployment, *, now=None) -> Routing:
     candidates = [d for d in deployers.with_tags(tags) if d.host != options.deployer_host]
     if candidates:
         return Routing(Route.MOVED, host=candidates[0].host, note=_on(candidates[0].host))
+    return unmatched(deployment, tags, now=now)
+
+
+def unmatched(deployment: Deployment, tags: list[str], *, now=None) -> Routing:
+    """WAIT, or FAIL once waited ``CONVEYOR_RUNS_ON_WAIT``: no live host has ``tags``."""
     now = now or timezone.now()
     since = deployment.waiting_since or now
     note = f"a live deployer host with tags {', '.join(tags)} (runs_on)"
-    if now - since >= options.runs_on_wait:
+    if now - since >= conf.get().runs_on_wait:
         return Routing(Route.FAIL, note=note)
     return Routing(Route.WAIT, note=note)
+
+
+def fail_unmatched(deployment: Deployment, note: str, *, job_id: int | None = None):
+    """End ``deployment`` ``failed/no_deployer``; the failed row, or None if it had ended."""
+    failed = lifecycle.fail_lost(
+        deployment.pk,
+        reason=FailureReason.NO_DEPLOYER,
+        error=f"waited {conf.get().runs_on_wait} for {note}; none is live",
+        job_id=job_id,
+    )
+    stop_waiting(deployment)
+    return failed
 
 
 def _on(host: str) -> str:

@@ -238,13 +238,7 @@ def _route(deployment: Deployment, job: Job) -> Claim | None:
         routing.clear_waiting(deployment)
         return None
     if decided.route is routing.Route.FAIL:
-        failed = lifecycle.fail_lost(
-            deployment.pk,
-            reason=FailureReason.NO_DEPLOYER,
-            error=f"waited {conf.get().runs_on_wait} for {decided.note}; none is live",
-            job_id=job.pk,
-        )
-        routing.stop_waiting(deployment)
+        failed = routing.fail_unmatched(deployment, decided.note, job_id=job.pk)
         return Claim(None, failed or deployment)
     routing.note_waiting(deployment, decided.note)
     if decided.route is routing.Route.MOVED:

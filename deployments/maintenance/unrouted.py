@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from django.db import transaction
 from django.utils import timezone
 
-from deployments import conf, deployers, lifecycle, routing
+from deployments import conf, deployers, routing
 from deployments.locks import lock_environment
-from deployments.models import Deployment, DeploymentStatus, FailureReason
+from deployments.models import Deployment, DeploymentStatus
 from jobs.services import job_cancel
 
 logger = logging.getLogger("deployments.maintenance")
@@ -45,9 +45,10 @@ def check_unrouted() -> UnroutedResult:
         .exclude(project__runs_on=[])
         .order_by("pk")[:BATCH]
     )
+    live = [set(deployer.tags) for deployer in deployers.live()]  # read once per run
     for deployment in pending:
         tags = routing.wanted_tags(deployment)
-        if not tags or deployers.with_tags(tags):
+        if not tags or any(set(tags) <= host_tags for host_tags in live):
             continue  # a live deployer will decide when it claims
         outcome = _decide(deployment.pk, tags, now=now)
         if outcome == "failed":
@@ -65,20 +66,13 @@ def _decide(deployment_id: int, tags: list[str], *, now) -> str:
         deployment.refresh_from_db()
         if deployment.status != DeploymentStatus.PENDING:
             return ""
-        note = f"a live deployer host with tags {', '.join(tags)} (runs_on)"
-        since = deployment.waiting_since or now
-        if now - since < conf.get().runs_on_wait:
-            routing.note_waiting(deployment, note, now=now)
+        verdict = routing.unmatched(deployment, tags, now=now)
+        if verdict.route is routing.Route.WAIT:
+            routing.note_waiting(deployment, verdict.note, now=now)
             return "waiting"
         job_id = deployment.job_id
-        failed = lifecycle.fail_lost(
-            deployment.pk,
-            reason=FailureReason.NO_DEPLOYER,
-            error=f"waited {conf.get().runs_on_wait} for {note}; none is live",
-        )
-        if failed is None:
+        if routing.fail_unmatched(deployment, verdict.note) is None:
             return ""
-        routing.stop_waiting(failed)
         if job_id is not None:
             job_cancel(job_id, actor=ACTOR)
         return "failed"

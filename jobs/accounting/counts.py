@@ -68,7 +68,14 @@ def fold(*, batch: int = FOLD_BATCH, max_batches: int = FOLD_MAX_BATCHES) -> Fol
     ``FOR UPDATE SKIP LOCKED`` (two folds never take the same row); on SQLite the ``DELETE``
     that takes them also takes the database's write lock first.
     """
-    fold_one = _fold_postgresql if connection.vendor == "postgresql" else _fold_sqlite
+    return fold_in_batches(
+        lambda n: fold_statement(_POSTGRESQL_FOLD, n), _fold_sqlite, batch, max_batches
+    )
+
+
+def fold_in_batches(postgresql, sqlite, batch: int, max_batches: int) -> FoldResult:
+    """Call the vendor's ``fold_one(batch)`` until a batch comes back short (or the cap)."""
+    fold_one = postgresql if connection.vendor == "postgresql" else sqlite
     folded = batches = 0
     while batches < max_batches:
         moved = fold_one(batch)
@@ -79,9 +86,10 @@ def fold(*, batch: int = FOLD_BATCH, max_batches: int = FOLD_MAX_BATCHES) -> Fol
     return FoldResult(folded=folded, batches=batches)
 
 
-def _fold_postgresql(batch: int) -> int:
+def fold_statement(sql: str, batch: int) -> int:
+    """Run one PostgreSQL fold statement (it answers how many deltas it moved)."""
     with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(_POSTGRESQL_FOLD, [batch])
+        cursor.execute(sql, [batch])
         return cursor.fetchone()[0]
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from django.db import connection, transaction
 
+from jobs.accounting.counts import fold_in_batches, fold_statement
 from jobs.accounting.rollup import RUN_TIME_BOUNDS
 
 # Upper bounds in seconds of the histogram buckets. Changing them needs a migration that
@@ -73,20 +74,9 @@ def fold(*, batch: int = FOLD_BATCH, max_batches: int = FOLD_MAX_BATCHES) -> int
 
     Safe from many processes at once, as ``jobs.accounting.counts.fold`` is.
     """
-    fold_one = _fold_postgresql if connection.vendor == "postgresql" else _fold_sqlite
-    folded = 0
-    for _ in range(max_batches):
-        moved = fold_one(batch)
-        folded += moved
-        if moved < batch:
-            break
-    return folded
-
-
-def _fold_postgresql(batch: int) -> int:
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(_POSTGRESQL_FOLD, [batch])
-        return cursor.fetchone()[0]
+    return fold_in_batches(
+        lambda n: fold_statement(_POSTGRESQL_FOLD, n), _fold_sqlite, batch, max_batches
+    ).folded
 
 
 def _fold_sqlite(batch: int) -> int:
