@@ -72,28 +72,45 @@ def describe(error: dict | None) -> str:
 
 
 # The one history builder: ``attempts_history`` plus an entry for the run an UPDATE ends.
-# Its parameters are finished_at, outcome, reason and the error as JSON text (or NULL).
+# By default the entry's start is the row's ``started_at`` and its other values are
+# parameters: finished_at, outcome, reason and the error as JSON text (or NULL); a grouped
+# end (jobs.statements) passes column expressions instead.
 _APPEND_SQL = {
     "postgresql": (
         "COALESCE(attempts_history, '[]'::jsonb) || jsonb_build_array(jsonb_build_object("
-        "'attempt', attempts, 'worker', locked_by, 'started_at', started_at, "
-        "'finished_at', %s::timestamptz, 'outcome', %s::text, 'reason', %s::text, "
-        "'error', %s::jsonb))"
+        "'attempt', attempts, 'worker', locked_by, 'started_at', {started}, "
+        "'finished_at', {finished}, 'outcome', {outcome}, 'reason', {reason}, "
+        "'error', {error}))"
     ),
     "sqlite": (
         "json_insert(COALESCE(attempts_history, '[]'), '$[#]', json_object("
-        "'attempt', attempts, 'worker', locked_by, 'started_at', started_at, "
-        "'finished_at', %s, 'outcome', %s, 'reason', %s, 'error', json(%s)))"
+        "'attempt', attempts, 'worker', locked_by, 'started_at', {started}, "
+        "'finished_at', {finished}, 'outcome', {outcome}, 'reason', {reason}, "
+        "'error', json({error})))"
     ),
+}
+_PARAMETERS = {
+    "postgresql": {
+        "finished": "%s::timestamptz",
+        "outcome": "%s::text",
+        "reason": "%s::text",
+        "error": "%s::jsonb",
+    },
+    "sqlite": {"finished": "%s", "outcome": "%s", "reason": "%s", "error": "%s"},
 }
 
 
-def append_sql(vendor: str) -> str:
-    """Return the SQL expression that appends the ending run to ``attempts_history``."""
+def append_sql(vendor: str, **values: str) -> str:
+    """Return the SQL expression that appends the ending run to ``attempts_history``.
+
+    ``values`` replace the entry's default expressions (``started``, ``finished``,
+    ``outcome``, ``reason``, ``error``) with others, such as a joined row's columns.
+    """
     try:
-        return _APPEND_SQL[vendor]
+        template = _APPEND_SQL[vendor]
     except KeyError:
         raise NotImplementedError(f"attempt history is not written on {vendor}") from None
+    return template.format(**{"started": "started_at", **_PARAMETERS[vendor], **values})
 
 
 def _when(value) -> datetime | None:

@@ -9,16 +9,16 @@ letter. A run whose end is refused because a cancel was asked for meanwhile ends
 ``cancelled`` instead, never retried; a run that is no longer ``job``'s (the reaper or an
 operator got there first) is left alone and ``finish`` returns None.
 
-In a batch the task folds a success into the claim of the next job
-(``succeed_and_claim``): one statement on PostgreSQL for both; under a limit, one
-transaction (``succeed_and_claim_limited``).
+A batch message (jobs.batches) writes a chunk's successes together, with the claim of the
+next chunk (``succeed_many_and_claim``): one statement on PostgreSQL for both; under a
+limit, one transaction.
 """
 
 import json
 from datetime import datetime
 from functools import partial
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from jobs import attempts, conf, limiter, limits, statements
@@ -95,42 +95,72 @@ def succeed(job: Job, encoded: str) -> bool:
     return True
 
 
-def succeed_and_claim(
-    done: Job, encoded: str, job_id: int, *, task: str, worker: str
-) -> tuple[Job | None, Job | None]:
-    """Write ``done``'s success and claim ``job_id`` (one statement on PostgreSQL).
+def succeed_many_and_claim(
+    successes: list[statements.Success],
+    job_id: int,
+    count: int,
+    *,
+    plan: limiter.Plan | None,
+    task: str,
+    worker: str,
+) -> tuple[list[tuple[Job, bool]], list[Job]]:
+    """Write a chunk's successes and claim up to ``count`` jobs for ``job_id``'s doorbell.
 
-    Return ``(done's job as it ended or None, the claimed job or None)``; a success refused
-    because of a cancel asked for meanwhile ends the run cancelled.
+    One statement on PostgreSQL; under ``plan``'s limits one transaction, the successes
+    first, so the claim's count sees their slots free. Return each success's run as it ended
+    with whether it succeeded (a cancel asked for meanwhile ends it cancelled; a run taken
+    away is left out), and the jobs claimed, best first.
     """
-    decision = Decision(S.SUCCEEDED, result=encoded)
-    ended, claimed = statements.end_and_claim(
-        done, ending(decision), job_id, task=task, worker=worker
-    )
-    if ended:
-        _ring_if_limited(done)  # a limited task's batch whose next job is gone comes here
-        return done, claimed
-    return _cancelled_meanwhile(decision, done, None), claimed
+    if plan is None:
+        ended, claimed = statements.end_successes_and_claim(
+            successes, job_id, task=task, worker=worker, count=count
+        )
+        holds = None
+    else:
+        with transaction.atomic():
+            ended = statements.end_successes(successes)
+            claimed, holds = limiter.claim_reading_holds(
+                plan, job_id, task=task, worker=worker, count=count
+            )
+            _ring_for_ended(successes, ended, holds)
+    return _settled(successes, ended, rings=plan is None), claimed
 
 
-def succeed_and_claim_limited(
-    done: Job, encoded: str, plan: limiter.Plan, job_id: int, *, task: str, worker: str
-) -> tuple[Job | None, Job | None]:
-    """Write ``done``'s success and claim ``job_id`` under ``plan``'s limits: one commit.
+def succeed_many(successes: list[statements.Success]) -> list[tuple[Job, bool]]:
+    """Write a chunk's successes with no claim after them (the message's last chunk)."""
+    if not successes:
+        return []
+    if connection.vendor == "postgresql":  # one statement
+        ended = statements.end_successes(successes)
+    else:  # one per success: in one transaction
+        with transaction.atomic():
+            ended = statements.end_successes(successes)
+    return _settled(successes, ended, rings=True)
 
-    As ``succeed_and_claim``, for a limited queue or task: the success is written first, so
-    the claim's count, in the same transaction, sees its slot free (unless a cancel refused
-    the success: the run still counts, and its cancelled end then rings as any end does).
-    """
-    decision = Decision(S.SUCCEEDED, result=encoded)
-    with transaction.atomic():
-        ended = statements.end(done, ending(decision))
-        claimed, holds = limiter.claim_reading_holds(plan, job_id, task=task, worker=worker)
-        if ended is not None:
-            _ring_if_limited(ended, holds)
-    if ended is not None:
-        return done, claimed
-    return _cancelled_meanwhile(decision, done, None), claimed
+
+def _ring_for_ended(successes, ended: set[int], holds: limiter.Holds | None) -> None:
+    for success in successes:
+        if success.job.pk in ended:
+            _ring_if_limited(success.job, holds)
+
+
+def _settled(successes, ended: set[int], *, rings: bool) -> list[tuple[Job, bool]]:
+    """The runs of ``successes`` as they ended: written, or cancelled meanwhile, or gone."""
+    settled = []
+    for success in successes:
+        job = success.job
+        if job.pk in ended:
+            job.status, job.locked_by, job.lease_expires_at = S.SUCCEEDED, "", None
+            job.started_at, job.finished_at = success.started_at, success.finished_at
+            if rings:
+                _ring_if_limited(job)
+            settled.append((job, True))
+            continue
+        decision = Decision(S.SUCCEEDED, result=success.result)
+        cancelled = _cancelled_meanwhile(decision, job, None)
+        if cancelled is not None:
+            settled.append((cancelled, False))
+    return settled
 
 
 def log_success(job: Job) -> None:

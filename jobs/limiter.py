@@ -48,6 +48,15 @@ class Plan:
     queue_limit: int | None = None
     limit: Limit | None = None
 
+    @property
+    def takes_chunks(self) -> bool:
+        """Whether a claim may take several jobs at once: only slots count (no rate, no key
+        rule, no fairness), so one count under the lock covers them all."""
+        limit = self.limit
+        return limit is None or not (
+            limit.task_rate or limit.key_rate or limit.key_concurrency or limit.fair
+        )
+
 
 @dataclass(frozen=True)
 class Holds:
@@ -66,35 +75,48 @@ def claim(plan: Plan, job_id: int, *, task: str, worker: str, only: int | None =
     rate window holds it).
     """
     with transaction.atomic():
-        return _claim(plan, job_id, task, worker, only)[0]
+        jobs = _claim(plan, job_id, task, worker, only, 1)[0]
+    return jobs[0] if jobs else None
 
 
-def claim_reading_holds(plan: Plan, job_id: int, *, task: str, worker: str):
-    """``claim`` inside the caller's transaction (a run's end just written in it); return the
-    claimed job (or None) and the ``Holds`` its lock read (None if the job is gone).
+def claim_reading_holds(plan: Plan, job_id: int, *, task: str, worker: str, count: int = 1):
+    """``claim`` of up to ``count`` jobs inside the caller's transaction (runs' ends just
+    written in it); return the claimed jobs, best first, and the ``Holds`` its lock read
+    (None if the job is gone). More than one only under a limit that counts slots alone
+    (``Plan.takes_chunks``).
 
-    The marks are read under the claim's lock, after the end: a run's end that rides on a
-    claim needs no read of its own to know whether to ring (jobs.completer).
+    The marks are read under the claim's lock, after the ends: an end that rides on a claim
+    needs no read of its own to know whether to ring (jobs.completer).
     """
-    return _claim(plan, job_id, task, worker, None)
+    return _claim(plan, job_id, task, worker, None, count)
 
 
-def _claim(plan: Plan, job_id: int, task: str, worker: str, only: int | None):
+def _claim(plan: Plan, job_id: int, task: str, worker: str, only: int | None, count: int):
     limit = plan.limit
+    if not plan.takes_chunks:
+        count = 1
     locked = _lock(job_id, task, exclusive_queue=plan.queue_limit is not None)
     if locked is None:  # the job is gone
-        return None, None
+        return [], None
     queue, paused, starts, holds = locked
     if paused:
-        return None, holds
-    if plan.queue_limit is not None and _running(queue=queue) >= plan.queue_limit:
-        return _held(QueueState, queue), holds
+        return [], holds
+    if plan.queue_limit is not None:
+        free = plan.queue_limit - _running(queue=queue)
+        if free <= 0:
+            _held(QueueState, queue)
+            return [], holds
+        count = min(count, free)
     # On PostgreSQL the pick counts the task's running rows itself (its statement comes
     # after the lock, so its snapshot sees every claim committed before); SQLite counts here.
     concurrency = limit.concurrency if limit is not None else None
     counted = bool(concurrency) and connection.vendor == "postgresql"
-    if concurrency and not counted and _running(task=task) >= concurrency:
-        return _held(TaskState, task), holds
+    if concurrency and not counted:
+        free = concurrency - _running(task=task)
+        if free <= 0:
+            _held(TaskState, task)
+            return [], holds
+        count = min(count, free)
     # Stamped after the counts done so far, so a run that took a freed slot does not start,
     # on record, before the run that freed it ended. The counts in the pick's statement
     # (the task's on PostgreSQL, the keys') read a snapshot taken a moment after this
@@ -105,21 +127,21 @@ def _claim(plan: Plan, job_id: int, task: str, worker: str, only: int | None):
         free_at = _window_free_at(starts, rate, now)
         if free_at is not None:
             _ring_at(job_id, free_at)
-            return None, holds
-    job, full = _pick_and_claim(queue, limit, task, worker, now, only, counted)
-    if full:
-        return _held(TaskState, task), holds
-    if job is None:
+            return [], holds
+    jobs, full = _pick_and_claim(queue, limit, task, worker, now, only, counted, count)
+    if full:  # the task's slots ran out before the chunk was whole
+        _held(TaskState, task)
+    if not jobs:
         if limit is not None and limit.key_rate:
             _ring_when_a_key_frees(job_id, task, now)
         if limit is not None and limit.key_concurrency:
             _held(TaskState, task)  # its keys' slots may be what holds it
-        return None, holds
-    if rate is not None:
+        return [], holds
+    if rate is not None:  # one job: a rate claims one at a time
         _record_task_start(task, starts, rate, now)
     if limit is not None and (limit.key_rate or limit.fair):
-        _record_key_start(task, job.limit_key, limit.per_key_rate, now)
-    return job, holds
+        _record_key_start(task, jobs[0].limit_key, limit.per_key_rate, now)
+    return jobs, holds
 
 
 @cache
@@ -267,7 +289,7 @@ def _pick_sql(vendor: str, limit: Limit | None, only: bool, counted: bool) -> st
     """The claim's UPDATE for a limited task: the pick with the task's key rules.
 
     ``counted`` (PostgreSQL): the statement also counts the task's running rows, picks only
-    below its ``concurrency``, and answers (running count, claimed row or NULLs).
+    up to its ``concurrency``, and answers (running count, claimed row or NULLs) per row.
     """
     rules = []
     if limit is not None and limit.key_concurrency:
@@ -280,8 +302,6 @@ def _pick_sql(vendor: str, limit: Limit | None, only: bool, counted: bool) -> st
             f"AND NOT EXISTS (SELECT 1 FROM {KEY_TABLE} k WHERE k.task = j.task "
             "AND k.key = j.limit_key AND k.full_until > %s)"
         )
-    if counted:
-        rules.append("AND (SELECT running FROM n) < %s")
     order = "j.priority DESC, j.run_after, j.id"
     if limit is not None and limit.fair:
         least_recent = (
@@ -289,15 +309,19 @@ def _pick_sql(vendor: str, limit: Limit | None, only: bool, counted: bool) -> st
             "WHERE k.task = j.task AND k.key = j.limit_key)"
         )
         order = f"{least_recent} IS NOT NULL, {least_recent}, {order}"
+    count = "LEAST(%s, GREATEST(0, %s - (SELECT running FROM n)))" if counted else "%s"
     pick = (
         f"SELECT j.id FROM {TABLE} j WHERE j.queue = %s AND j.task = %s "
         f"AND j.status IN ('{S.QUEUED}', '{S.RETRYING}') AND j.run_after <= %s "
         f"AND j.cancel_requested_at IS NULL {'AND j.id = %s' if only else ''} "
-        f"{' '.join(rules)} ORDER BY {order} LIMIT 1"
+        f"{' '.join(rules)} ORDER BY {order} LIMIT {count}"
     )
     if vendor == "postgresql":
         pick += " FOR UPDATE OF j SKIP LOCKED"
-    update = f"{statements.SET_RUNNING.strip()} WHERE id = ({pick}) RETURNING {statements.COLUMNS}"
+        where = f"WHERE id = ANY(ARRAY({pick}))"
+    else:
+        where = f"WHERE id IN ({pick})"
+    update = f"{statements.SET_RUNNING.strip()} {where} RETURNING {statements.COLUMNS}"
     if not counted:
         return update
     return (
@@ -310,10 +334,17 @@ def _pick_sql(vendor: str, limit: Limit | None, only: bool, counted: bool) -> st
 
 
 def _pick_and_claim(
-    queue, limit, task: str, worker: str, now: datetime, only: int | None, counted: bool
-) -> tuple[Job | None, bool]:
-    """Claim the best job the task's key rules let start; return (job or None, whether the
-    task's ``concurrency`` was reached: ``counted`` only)."""
+    queue,
+    limit,
+    task: str,
+    worker: str,
+    now: datetime,
+    only: int | None,
+    counted: bool,
+    count: int,
+) -> tuple[list[Job], bool]:
+    """Claim the best jobs (up to ``count``) the task's key rules let start; return them,
+    best first, and whether the task's ``concurrency`` cut the chunk short (``counted``)."""
     when = connection.ops.adapt_datetimefield_value
     params = [task] if counted else []
     params += [*statements.running_params(worker, now), queue, task]
@@ -324,17 +355,17 @@ def _pick_and_claim(
         params.append(limit.key_concurrency)
     if limit is not None and limit.key_rate:
         params.append(when(now))
-    if counted:
-        params.append(limit.concurrency)
+    params += [count, limit.concurrency] if counted else [count]
     with connection.cursor() as cursor:
         cursor.execute(_pick_sql(connection.vendor, limit, only is not None, counted), params)
-        row = cursor.fetchone()
+        rows = cursor.fetchall()
     if not counted:
-        return (statements.job_from_row(row) if row else None), False
-    running, claimed = row[0], row[1:]
-    if claimed[0] is not None:
-        return statements.job_from_row(claimed), False
-    return None, running >= limit.concurrency
+        return statements.in_claim_order(map(statements.job_from_row, rows)), False
+    running = rows[0][0]
+    jobs = statements.in_claim_order(
+        statements.job_from_row(row[1:]) for row in rows if row[1] is not None
+    )
+    return jobs, len(jobs) < count and running + len(jobs) >= limit.concurrency
 
 
 NOTHING_HOLDS = "nothing holds it back: it waits for a free worker of its queue (or its turn)"

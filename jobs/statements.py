@@ -12,7 +12,8 @@ fenced on the run: id, attempt and worker) and append the attempt to the history
 same statement (jobs.attempts.append_sql, the one history builder). jobs.completer is the
 only caller of the end statements. On PostgreSQL the success of one job and the claim of
 the next are one statement (two data-modifying CTEs), so a batch commits each success the
-moment its body returns without paying a round trip for it.
+moment its body returns without paying a round trip for it; a chunk of successes (jobs.batches)
+is one UPDATE over arrays, written with the claim of the next chunk.
 """
 
 import json
@@ -142,14 +143,62 @@ def _end_sql(vendor: str) -> str:
     return _END.format(append=append_sql(vendor), **_CASTS[vendor])
 
 
+# A chunk's successes: one UPDATE joined to arrays of (id, attempt, worker, result, start,
+# end), fenced per run as ``_END`` is; each row keeps the times its body really ran.
+_SUCCESSES = f"""
+UPDATE {TABLE} SET status = '{S.SUCCEEDED}', reason = '', locked_by = '',
+    lease_expires_at = NULL, result = ran.result_::jsonb, updated_at = %s::timestamptz,
+    started_at = ran.started_, finished_at = ran.finished_, attempts_history = {{append}}
+FROM unnest(%s::bigint[], %s::integer[], %s::text[], %s::text[], %s::timestamptz[],
+    %s::timestamptz[]) AS ran(id_, attempts_, worker_, result_, started_, finished_)
+WHERE id = ran.id_ AND attempts = ran.attempts_ AND locked_by = ran.worker_
+    AND status = '{S.RUNNING}' AND cancel_requested_at IS NULL
+RETURNING id"""
+
+
+@dataclass(frozen=True)
+class Success:
+    """A body that returned: its run, its result as JSON text, and when the body ran."""
+
+    job: Job
+    result: str
+    started_at: datetime
+    finished_at: datetime
+
+
 @cache
-def _end_and_claim_sql(vendor: str) -> str:
+def _successes_sql() -> str:
+    append = append_sql(
+        "postgresql",
+        started="ran.started_",
+        finished="ran.finished_",
+        outcome=f"'{S.SUCCEEDED}'::text",
+        reason="''::text",
+        error="NULL::jsonb",
+    )
+    return _SUCCESSES.format(append=append).strip()
+
+
+@cache
+def _successes_and_claim_sql() -> str:
+    ctes, update = _claim_parts("postgresql")
     return (
-        f"WITH done AS ({_end_sql(vendor).strip()} RETURNING id), "
-        f"{_claim_parts(vendor)[0]}, claimed AS ({_claim_parts(vendor)[1]}) "
-        "SELECT (SELECT count(*) FROM done), claimed.* FROM (SELECT 1) AS one "
+        f"WITH ended AS ({_successes_sql()}), {ctes}, claimed AS ({update}) "
+        "SELECT ARRAY(SELECT id FROM ended), claimed.* FROM (SELECT 1) AS one "
         "LEFT JOIN claimed ON true"
     )
+
+
+def _successes_params(successes: list[Success], now) -> list:
+    return [
+        now,
+        [s.job.pk for s in successes],
+        [s.job.attempts for s in successes],
+        [s.job.locked_by for s in successes],
+        [s.result for s in successes],
+        [s.started_at for s in successes],
+        [s.finished_at for s in successes],
+    ]
 
 
 @cache
@@ -232,6 +281,19 @@ def claim(job_id: int, *, task: str, worker: str, exact: bool = False) -> Job | 
     return job_from_row(row) if row else None
 
 
+def claim_many(job_id: int, *, task: str, worker: str, count: int) -> list[Job]:
+    """Claim the ``count`` best runnable jobs of ``task`` in ``job_id``'s queue, best first."""
+    params = _claim_params(job_id, task, worker, timezone.now(), count)
+    with connection.cursor() as cursor:
+        cursor.execute(_claim_sql(connection.vendor), params)
+        return in_claim_order(job_from_row(row) for row in cursor.fetchall())
+
+
+def in_claim_order(jobs) -> list[Job]:
+    """``jobs`` in the order a claim picks them (an UPDATE returns its rows in any order)."""
+    return sorted(jobs, key=lambda job: (-job.priority, job.run_after, job.pk))
+
+
 def queue_of(job_id: int) -> str | None:
     """Return the queue of job ``job_id`` (None if it is gone)."""
     with connection.cursor() as cursor:
@@ -253,20 +315,44 @@ def end(job: Job, ending: Ending) -> Job | None:
     return job_from_row(row) if row else None
 
 
-def end_and_claim(done: Job, ending: Ending, job_id: int, *, task: str, worker: str):
-    """End ``done``'s run and claim ``job_id``: one statement on PostgreSQL.
+def end_successes(successes: list[Success]) -> set[int]:
+    """Write the successes of a chunk's runs; return the ids of the runs ended.
 
-    Return ``(ended, claimed job or None)``; ``ended`` says whether the end was written.
+    A run missing from the answer is no longer its job's, or a cancel was asked for
+    meanwhile (jobs.completer then ends it cancelled). One UPDATE on PostgreSQL; one per run
+    elsewhere (SQLite keeps the claim's start time).
     """
-    if connection.vendor != "postgresql":  # SQLite has no UPDATE inside WITH
-        return end(done, ending) is not None, claim(job_id, task=task, worker=worker)
-    now = timezone.now()
-    params = _end_params(done, ending, now) + _claim_params(job_id, task, worker, now)
+    if not successes:
+        return set()
+    if connection.vendor != "postgresql":
+        return {s.job.pk for s in successes if end(s.job, _succeeded(s)) is not None}
     with connection.cursor() as cursor:
-        cursor.execute(_end_and_claim_sql(connection.vendor), params)
-        row = cursor.fetchone()
-    ended, claimed = row[0] == 1, row[1:]
-    return ended, (job_from_row(claimed) if claimed[0] is not None else None)
+        cursor.execute(_successes_sql(), _successes_params(successes, timezone.now()))
+        return {row[0] for row in cursor.fetchall()}
+
+
+def end_successes_and_claim(
+    successes: list[Success], job_id: int, *, task: str, worker: str, count: int
+) -> tuple[set[int], list[Job]]:
+    """Write ``successes`` and claim up to ``count`` jobs: one statement on PostgreSQL.
+
+    Return the ids of the runs ended and the jobs claimed, best first.
+    """
+    if connection.vendor != "postgresql" or not successes:  # SQLite has no UPDATE in WITH
+        ended = end_successes(successes)
+        return ended, claim_many(job_id, task=task, worker=worker, count=count)
+    now = timezone.now()
+    params = _successes_params(successes, now) + _claim_params(job_id, task, worker, now, count)
+    with connection.cursor() as cursor:
+        cursor.execute(_successes_and_claim_sql(), params)
+        rows = cursor.fetchall()
+    ended = set(rows[0][0]) if rows else set()
+    claimed = (job_from_row(row[1:]) for row in rows if row[1] is not None)
+    return ended, in_claim_order(claimed)
+
+
+def _succeeded(success: Success) -> Ending:
+    return Ending(status=S.SUCCEEDED, result=success.result)
 
 
 def renew_leases(job_ids: list[int], *, worker: str) -> dict[int, bool]:

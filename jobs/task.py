@@ -3,9 +3,9 @@
 A message carries one job id, or a list of ids (a batch: see jobs.publish). For each id the
 task claims → runs the body → finishes: the claim is one conditional UPDATE (a duplicate
 delivery loses and is dropped), the body gets a ``JobContext``, and what happened is decided
-by jobs.outcome and written by jobs.completer, the only writer of a run's end. In a batch a
-success is folded into the claim of the next job, so it is committed the moment its body
-returns. The body's exceptions never leave the task: Celery sees a finished message and
+by jobs.outcome and written by jobs.completer, the only writer of a run's end. A batch is
+claimed a chunk at a time, its successes written together with the next chunk's claim
+(jobs.batches). The body's exceptions never leave the task: Celery sees a finished message and
 acknowledges it, while the job row says succeeded, retrying, cancelled or dead.
 
 Task options read here: ``autoretry_for`` / ``dont_autoretry_for`` (which errors retry),
@@ -33,7 +33,7 @@ from celery import Task
 from django.db import DatabaseError, InterfaceError, OperationalError, connection, transaction
 from django.utils import timezone
 
-from jobs import completer, conf, limiter, limits, outcome, services, shutdown, statements
+from jobs import batches, completer, conf, limiter, limits, outcome, services, shutdown, statements
 from jobs.errors import Permanent, RetryAfter, Snooze
 from jobs.lease import keeper
 from jobs.models import Job
@@ -104,65 +104,26 @@ class JobTask(Task):
 
     def __call__(self, job_ids, *args, **kwargs):
         worker = worker_id(self)
-        if not isinstance(job_ids, list):
-            job_id = _job_id(job_ids)
-            job = _claim(job_id, task=self, worker=worker, plan=_plan(self, job_id))
-            if job is None:
-                return _dropped(self, job_ids)
-            done = self._run_job(job)
-            if done is not None:
-                self._finish(*done)
+        if isinstance(job_ids, list):  # a batch: claimed a chunk at a time (jobs.batches)
+            ids = list(dict.fromkeys(_job_id(i) for i in job_ids))
+            runner = batches.Runner(self.name, _context, self._run_job, self._ended)
+            batches.run(runner, ids, worker=worker, plan=_plan(self, ids[0]))
             return None
-        done = None  # a success whose end rides on the next claim: (job, encoded result)
-        ids = list(dict.fromkeys(_job_id(i) for i in job_ids))
-        for position, job_id in enumerate(ids):
-            if shutdown.requested():  # leave the rest to other workers, at once
-                _republish(ids[position:])
-                break
-            plan = _plan(self, job_id)
-            if done is None:
-                job = _claim(job_id, task=self, worker=worker, plan=plan)
-            else:
-                job = self._succeed_and_claim(done, job_id, plan=plan, worker=worker)
-            done = None
-            if job is None:
-                _dropped(self, job_id)
-                continue
-            done = self._run_job(job)
+        job_id = _job_id(job_ids)
+        job = _claim(job_id, task=self, worker=worker, plan=_plan(self, job_id))
+        if job is None:
+            return _dropped(self, job_ids)
+        done = self._run_job(job)
         if done is not None:
             self._finish(*done)
         return None
 
-    def _succeed_and_claim(self, done, job_id: int, *, plan, worker: str) -> Job | None:
-        """Write ``done``'s success and claim ``job_id`` together (under ``plan``'s limits).
-
-        If the connection dropped meanwhile (a database restart), the success is written on
-        its own on a new connection, then the claim is tried: neither is lost with it. (Had
-        the drop come after the commit, the job it claimed is left to its lease and the
-        reaper.)
-        """
-        try:
-            if plan is not None:  # a limited claim: one transaction, the success first
-                ended, job = completer.succeed_and_claim_limited(
-                    *done, plan, job_id, task=self.name, worker=worker
-                )
-            else:
-                ended, job = completer.succeed_and_claim(
-                    *done, job_id, task=self.name, worker=worker
-                )
-        except (OperationalError, InterfaceError):
-            connection.close()
-            self._finish(*done)
-            return _claim(job_id, task=self, worker=worker, plan=plan)
-        self._ended(ended, succeeded=ended is done[0])
-        return job
-
     def run_ended(self, job: Job) -> None:
         """Called once a run's end is recorded (not for runs lost with their worker)."""
 
-    def _run_job(self, job: Job) -> tuple[Job, str] | None:
+    def _run_job(self, job: Job, ctx: JobContext | None = None) -> tuple[Job, str] | None:
         """Run the body; return ``(job, encoded result)`` on success, else end the run."""
-        ctx = JobContext(job=job, cancel_requested=job.cancel_requested_at is not None)
+        ctx = ctx or _context(job)
         lease = keeper()
         lease.track(ctx)
         committed = False
@@ -212,8 +173,9 @@ class JobTask(Task):
 
     def _finish(self, job: Job, encoded: str) -> None:
         """Write a success (or the cancel that came meanwhile) and tell ``run_ended``."""
-        ended = completer.finish(outcome.Decision(outcome.S.SUCCEEDED, result=encoded), job)
-        self._ended(ended, succeeded=ended is not None and ended.status == outcome.S.SUCCEEDED)
+        ran = statements.Success(job, encoded, job.started_at, timezone.now())
+        for ended, succeeded in completer.succeed_many([ran]):
+            self._ended(ended, succeeded=succeeded)
 
     def _ended(self, job: Job | None, *, succeeded: bool) -> None:
         if job is None:  # the run was taken away: whoever took it ends it
@@ -270,6 +232,10 @@ class JobTask(Task):
     ):
         """Celery's ``self.retry()`` inside a job body: retry the job (after ``countdown``)."""
         raise RetryAfter(str(exc or "retry requested"), seconds=countdown) from exc
+
+
+def _context(job: Job) -> JobContext:
+    return JobContext(job=job, cancel_requested=job.cancel_requested_at is not None)
 
 
 # A NUL character, as json.dumps writes it (``\u0000`` after an even run of backslashes).
@@ -343,15 +309,6 @@ def _reconnecting(statement, *args, **kwargs):
     except (OperationalError, InterfaceError):
         connection.close()
         return statement(*args, **kwargs)
-
-
-def _republish(job_ids: list[int]) -> None:
-    """Ring again, for the message's queue, the doorbells this worker leaves unused."""
-    from jobs.queues import ring
-
-    queue = statements.queue_of(job_ids[0])
-    if queue is not None:
-        ring(queue, limit=len(job_ids))
 
 
 def _dropped(task: Task, job_id) -> None:

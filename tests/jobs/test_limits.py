@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from jobs import completer, limiter, outcome, services, task_states
+from jobs import completer, limiter, outcome, services, statements, task_states
 from jobs.limits import Limit, parse_rate
 from jobs.maintenance.reaper import reap
 from jobs.models import Job, JobStatus, LimitKeyState
@@ -241,21 +241,46 @@ def test_a_success_folded_into_a_limited_claim_wakes_only_if_its_lock_saw_a_refu
     monkeypatch.setattr("jobs.queues.publish", lambda jobs: rung.extend(j.pk for j in jobs) or 0)
     first = services.job_claim(a.pk, worker="w/1")
     with django_capture_on_commit_callbacks(execute=True) as callbacks:
-        ended, second = completer.succeed_and_claim_limited(
-            first, "null", plan, b.pk, task="tests.limited", worker="w/1"
+        settled, [second] = completer.succeed_many_and_claim(
+            [_ran(first)], b.pk, 1, plan=plan, task="tests.limited", worker="w/1"
         )
-    assert ended is first and second.pk == b.pk
+    assert settled == [(first, True)] and second.pk == b.pk
     assert callbacks == [] and rung == []  # no refusal seen: nothing to wake, not even a read
     assert services.job_claim(c.pk, worker="w/2") is not None
     d = services.enqueue("tests.limited", {"key": "k", "tenant": "d"})
     assert services.job_claim(d.pk, worker="w/3") is None  # b and c run: refused, marked
     with django_capture_on_commit_callbacks(execute=True) as callbacks:
-        ended, third = completer.succeed_and_claim_limited(
-            second, "null", plan, d.pk, task="tests.limited", worker="w/1"
+        settled, [third] = completer.succeed_many_and_claim(
+            [_ran(second)], d.pk, 1, plan=plan, task="tests.limited", worker="w/1"
         )
-    assert ended is second and third.pk == d.pk  # b's end, in the same transaction, freed it
+    # b's end, in the same transaction, freed it
+    assert settled == [(second, True)] and third.pk == d.pk
     assert len(callbacks) == 1 and rung == []  # the mark seen: a wake, which finds none due
     assert TaskState.objects.get(name="tests.limited").held_at is None
+
+
+def _ran(job):
+    now = timezone.now()
+    return statements.Success(job, "null", now, now)
+
+
+@pytest.mark.django_db
+def test_a_chunk_under_a_slot_limit_takes_only_the_free_slots_and_marks_the_rest_held():
+    from jobs.models import TaskState
+
+    plan = limiter.Plan(limit=Limit(concurrency=3))
+    assert (
+        plan.takes_chunks and not limiter.Plan(limit=Limit(concurrency=3, fair=True)).takes_chunks
+    )
+    jobs = [services.enqueue("jobs.noop", {}) for _ in range(6)]
+    assert limiter.claim(plan, jobs[0].pk, task="jobs.noop", worker="w/1").pk == jobs[0].pk
+    claimed, holds = limiter.claim_reading_holds(
+        plan, jobs[0].pk, task="jobs.noop", worker="w/2", count=5
+    )
+    assert [job.pk for job in claimed] == [jobs[1].pk, jobs[2].pk]  # 3 slots, 1 taken
+    assert holds is not None and not holds.task_held  # read before this claim's refusal
+    assert Job.objects.filter(status=S.RUNNING).count() == 3
+    assert TaskState.objects.get(name="jobs.noop").held_at is not None  # a slot will ring
 
 
 @pytest.mark.django_db

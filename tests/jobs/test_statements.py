@@ -10,7 +10,7 @@ import pytest
 from django.db import connection, connections, transaction
 from django.utils import timezone
 
-from jobs import services, statements
+from jobs import attempts, services, statements
 from jobs.models import Job, JobReason, JobStatus, QueueState, TaskState
 
 S = JobStatus
@@ -241,22 +241,59 @@ def test_the_reapers_guard_ends_only_a_lease_that_expired_before_it():
     assert statements.end(run, later).status == S.DEAD
 
 
-def test_end_and_claim_ends_one_run_and_claims_the_next_in_one_statement(
-    django_assert_num_queries,
-):
-    done = claimed()
-    nxt = queued()
+def success(run: Job, result: str = "1", *, seconds: float = 0.0) -> statements.Success:
+    started = timezone.now() - timedelta(seconds=seconds)
+    return statements.Success(run, result, started, timezone.now())
+
+
+def test_a_chunk_of_successes_and_the_next_claim_are_one_statement(django_assert_num_queries):
+    first, second = claimed(), claimed()
+    ran = [success(first, '{"n": 1}', seconds=2), success(second, '"two"', seconds=1)]
+    later = [queued(), queued(), queued()]
     with django_assert_num_queries(1):
-        ended, got = statements.end_and_claim(
-            done, statements.Ending(status=S.SUCCEEDED), nxt.pk, task=TASK, worker=WORKER
+        ended, got = statements.end_successes_and_claim(
+            ran, later[0].pk, task=TASK, worker=WORKER, count=2
         )
-    assert ended and got.pk == nxt.pk and got.status == S.RUNNING
-    assert Job.objects.get(pk=done.pk).status == S.SUCCEEDED
-    # A lost end does not stop the claim; nothing to claim is (True/False, None).
-    ended, got = statements.end_and_claim(
-        done, statements.Ending(status=S.SUCCEEDED), nxt.pk, task=TASK, worker=WORKER
+    assert ended == {first.pk, second.pk}
+    assert [job.pk for job in got] == [later[0].pk, later[1].pk]  # best first
+    assert all(job.status == S.RUNNING for job in got)
+    for entry, expected in zip(ran, ({"n": 1}, "two"), strict=True):
+        row = Job.objects.get(pk=entry.job.pk)
+        assert (row.status, row.result, row.locked_by) == (S.SUCCEEDED, expected, "")
+        # the times the body really ran, on the row and in its history entry
+        assert (row.started_at, row.finished_at) == (entry.started_at, entry.finished_at)
+        [attempt] = attempts.history(row)
+        assert (attempt["started_at"], attempt["finished_at"]) == (
+            entry.started_at,
+            entry.finished_at,
+        )
+        assert (attempt["outcome"], attempt["worker"], attempt["attempt"]) == (
+            S.SUCCEEDED,
+            WORKER,
+            1,
+        )
+
+
+def test_a_success_refused_by_its_fence_is_left_out_and_the_claim_still_happens():
+    mine, taken, cancelled = claimed(), claimed(), claimed()
+    Job.objects.filter(pk=taken.pk).update(locked_by="node/2")
+    Job.objects.filter(pk=cancelled.pk).update(cancel_requested_at=timezone.now())
+    nxt = queued()
+    ended, got = statements.end_successes_and_claim(
+        [success(mine), success(taken), success(cancelled)],
+        nxt.pk,
+        task=TASK,
+        worker=WORKER,
+        count=5,
     )
-    assert (ended, got) == (False, None)
+    assert ended == {mine.pk}
+    assert [job.pk for job in got] == [nxt.pk]  # fewer than asked: all there was
+    assert Job.objects.get(pk=taken.pk).status == S.RUNNING
+    assert Job.objects.get(pk=cancelled.pk).status == S.RUNNING  # the completer cancels it
+    # Writing the same successes again ends nothing, and nothing is left to claim.
+    assert statements.end_successes_and_claim(
+        [success(mine)], nxt.pk, task=TASK, worker=WORKER, count=1
+    ) == (set(), [])
 
 
 def test_renew_leases_extends_only_the_workers_running_jobs_and_reports_cancels(settings):
