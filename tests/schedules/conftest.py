@@ -1,0 +1,50 @@
+"""Schedules under real beat and worker processes: helpers shared by these tests."""
+
+from datetime import datetime
+
+import pytest
+from django_celery_beat.models import IntervalSchedule, PeriodicTask
+
+from jobs.models import Job
+from jobs.schedules.services import schedules_install
+from jobs.schedules.spec import ScheduleSpec, resolve
+from tests.processes import Beat
+
+TICK = "maintenance.fire_schedules"
+
+
+@pytest.fixture
+def start_beat(worker_env):
+    started: list[Beat] = []
+
+    def start(env: dict | None = None) -> Beat:
+        beat = Beat({**worker_env, **(env or {})})
+        started.append(beat)
+        return beat
+
+    yield start
+    for beat in started:
+        beat.stop()
+
+
+def install(*specs: ScheduleSpec, now: datetime | None = None) -> None:
+    """Reconcile exactly ``specs`` into the database."""
+    schedules_install([resolve(spec) for spec in specs], now=now)
+
+
+def tick_every_second() -> None:
+    """Put the schedules' tick on beat's schedule, as setup_periodic_tasks does (1s)."""
+    every, _ = IntervalSchedule.objects.get_or_create(every=1, period="seconds")
+    PeriodicTask.objects.create(
+        name="conveyor: fire due schedules",
+        task=TICK,
+        interval=every,
+        queue="maintenance",
+        expire_seconds=1,
+    )
+
+
+def slots_of(name: str) -> list[datetime]:
+    """The slots of ``name``'s jobs (from their payloads), in order, repeats kept."""
+    texts = Job.objects.filter(payload__schedule=name).values_list("payload__slot", flat=True)
+    return sorted(datetime.fromisoformat(text) for text in texts if text is not None)
