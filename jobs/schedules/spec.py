@@ -89,8 +89,11 @@ def declared() -> list["Resolved"]:
     resolved, seen = [], {}
     for spec in specs:
         if spec.name in seen:
+            where = seen[spec.name]
+            if where == spec.source:
+                raise ImproperlyConfigured(f"{where}: schedule {spec.name!r} is declared twice")
             raise ImproperlyConfigured(
-                f"schedule {spec.name!r} is declared twice ({seen[spec.name]} and {spec.source})"
+                f"schedule {spec.name!r} is declared twice ({where} and {spec.source})"
             )
         seen[spec.name] = spec.source
         resolved.append(resolve(spec))
