@@ -1,6 +1,10 @@
 """Schedules as the database keeps them, and the record of each slot fired or run by hand."""
 
+from datetime import timedelta
+
 from django.db import models
+
+from project.env import format_duration
 
 
 class Schedule(models.Model):
@@ -49,7 +53,7 @@ class Schedule(models.Model):
     def when(self) -> str:
         if self.cron:
             return f"cron {self.cron} ({self.timezone})"
-        return f"every {self.every_seconds}s"
+        return f"every {format_duration(timedelta(seconds=self.every_seconds or 0))}"
 
 
 class ScheduleRunKind(models.TextChoices):

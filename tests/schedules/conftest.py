@@ -8,6 +8,7 @@ from django_celery_beat.models import IntervalSchedule, PeriodicTask
 from jobs.models import Job
 from jobs.schedules.services import schedules_install
 from jobs.schedules.spec import ScheduleSpec, resolve
+from tests.browser.conftest import admin_page, page  # noqa: F401 - the browser fixtures
 from tests.processes import Beat
 
 TICK = "maintenance.fire_schedules"
