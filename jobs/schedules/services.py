@@ -5,7 +5,8 @@ rows what the code and ``CONVEYOR_SCHEDULES`` declare and says, per schedule, ``
 ``changed`` (with what), ``unchanged`` or ``removed``:
 
 * the definition belongs to the code: an edit there is applied, and a change of when it runs
-  (cron, every, zone) starts it afresh from the next slot after now (no backlog is fired);
+  (cron, every, zone), or enabling it again, starts it afresh from the next slot after now
+  (no backlog is fired);
 * paused/resumed belongs to the operator and survives a reconcile;
 * a row the code no longer declares is removed, with its run records (its jobs stay).
 
@@ -82,6 +83,7 @@ def schedules_install(
         ]
         if changes:
             retimed = any(getattr(row, name) != wanted[name] for name in TIMING)
+            retimed |= wanted["enabled"] and not row.enabled  # enabled again: from now on
             for name, value in wanted.items():
                 setattr(row, name, value)
             if retimed or row.next_slot is None:

@@ -3,7 +3,8 @@
 A thin command over ``jobs.maintenance.schedule.schedule_install`` and
 ``jobs.schedules.services.schedules_install`` (their docstrings have the rules): one line per
 beat entry and per schedule (``added``, ``changed`` with what, ``unchanged``, ``removed``),
-then one line of counts for each. ``--verbosity 0`` prints nothing.
+then one line of counts for each (no schedule lines while none is declared or removed).
+``--verbosity 0`` prints nothing.
 """
 
 from collections import Counter
@@ -29,6 +30,8 @@ class Command(BaseCommand):
             self.stdout.write(result.describe())
         counts = Counter(result.action for result in results)
         self.stdout.write("setup_periodic_tasks: " + ", ".join(f"{counts[a]} {a}" for a in Action))
+        if not schedules:  # none declared, none removed: nothing to say
+            return
         for result in schedules:
             self.stdout.write(result.describe())
         counts = Counter(result.action for result in schedules)
