@@ -16,7 +16,10 @@ calendar or zone arithmetic, so a clock change cannot crash it. For each schedul
 So two beats, a restarted beat or a late tick make one job per slot: the row lock orders the
 ticks, and the index would refuse a second run of a slot even without it. The job is written
 when its slot comes, before it runs, and is visible on the console from then on. Logs:
-``schedule.fired`` per job, ``schedule.missed`` when a policy was applied.
+``schedule.fired`` per job, ``schedule.missed`` when a policy was applied, and
+``schedule.failed`` (with the traceback) when firing one schedule raised (its task is gone,
+say): that schedule's transaction is rolled back and tried again next tick, and the other
+schedules are not held back.
 """
 
 import logging
@@ -45,6 +48,7 @@ class FireResult:
     fired: int = 0  # jobs enqueued for slots
     missed: int = 0  # slots later than the grace
     dropped: int = 0  # due slots not fired (by the missed-run policy)
+    failed: int = 0  # schedules whose firing raised (logged as schedule.failed; tried again)
 
 
 def slot_text(slot: datetime) -> str:
@@ -63,30 +67,49 @@ def fire_due(now: datetime | None = None) -> FireResult:
         .order_by("next_slot")
         .values_list("pk", flat=True)[:BATCH]
     )
-    schedules = fired = missed = dropped = 0
+    schedules = fired = missed = dropped = failed = 0
     for pk in due:
-        with transaction.atomic():
-            schedule = (
-                Schedule.objects.select_for_update(skip_locked=True)
-                .filter(pk=pk, enabled=True, paused_at__isnull=True, next_slot__lte=now)
-                .first()
+        try:
+            outcome = _fire_one(pk, now, grace)
+        except Exception as exc:  # rolled back; tried again next tick; the others go on
+            failed += 1
+            logger.exception(
+                "schedule.failed",
+                extra={"schedule_id": pk, "error": f"{exc.__class__.__name__}: {exc}"[:500]},
             )
-            if schedule is None:  # a twin tick has it, or it was paused meanwhile
-                continue
-            decided = plan(schedule, now, grace)
-            made = [slot for slot in decided.fire if fire_slot(schedule, slot, now=now)]
-            schedule.next_slot = decided.next_slot
-            schedule.last_slot = decided.last_due or schedule.last_slot
-            schedule.updated_at = now
-            if decided.missed_any:
-                _record_missed(schedule, decided, made, now)
-            schedule.save()
-            _trim_runs(schedule)
+            continue
+        if outcome is None:  # a twin tick has it, or it was paused meanwhile
+            continue
+        decided, made = outcome
         schedules += 1
         fired += len(made)
         missed += decided.missed
         dropped += decided.due - len(decided.fire)
-    return FireResult(schedules=schedules, fired=fired, missed=missed, dropped=dropped)
+    return FireResult(
+        schedules=schedules, fired=fired, missed=missed, dropped=dropped, failed=failed
+    )
+
+
+@transaction.atomic
+def _fire_one(pk: int, now: datetime, grace):
+    """Fire one schedule's due slots holding its row lock; None if another tick holds it."""
+    schedule = (
+        Schedule.objects.select_for_update(skip_locked=True)
+        .filter(pk=pk, enabled=True, paused_at__isnull=True, next_slot__lte=now)
+        .first()
+    )
+    if schedule is None:
+        return None
+    decided = plan(schedule, now, grace)
+    made = [slot for slot in decided.fire if fire_slot(schedule, slot, now=now)]
+    schedule.next_slot = decided.next_slot
+    schedule.last_slot = decided.last_due or schedule.last_slot
+    schedule.updated_at = now
+    if decided.missed_any:
+        _record_missed(schedule, decided, made, now)
+    schedule.save()
+    _trim_runs(schedule)
+    return decided, made
 
 
 def _record_missed(schedule: Schedule, decided, made: list[datetime], now: datetime) -> None:

@@ -251,3 +251,19 @@ def test_pause_resume_and_run_now_are_audited_and_run_now_takes_no_slot(db):
     assert ScheduleRun.objects.filter(kind="slot").count() == 0
     with pytest.raises(UnknownSchedule):
         schedule_pause(name="nope", actor="ops")
+
+
+def test_a_schedule_that_cannot_fire_holds_back_no_other(db):
+    start = datetime(2030, 1, 1, tzinfo=UTC)
+    install(
+        ScheduleSpec(name="broken", task="tests.record", every="5s"),
+        ScheduleSpec(name="fine", task="tests.record", every="5s"),
+        now=start,
+    )
+    Schedule.objects.filter(name="broken").update(task="tests.gone")  # its code was removed
+    result = fire_due(start + timedelta(seconds=5))
+    assert (result.fired, result.failed) == (1, 1)
+    assert list(Job.objects.values_list("payload__schedule", flat=True)) == ["fine"]
+    broken = Schedule.objects.get(name="broken")
+    assert broken.next_slot == start + timedelta(seconds=5)  # tried again next tick
+    assert not ScheduleRun.objects.filter(schedule=broken).exists()
