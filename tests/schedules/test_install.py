@@ -267,3 +267,29 @@ def test_a_schedule_that_cannot_fire_holds_back_no_other(db):
     broken = Schedule.objects.get(name="broken")
     assert broken.next_slot == start + timedelta(seconds=5)  # tried again next tick
     assert not ScheduleRun.objects.filter(schedule=broken).exists()
+
+
+@pytest.mark.parametrize(
+    ("action", "permission", "state"),
+    [
+        ("pause_selected", "jobs.pause_schedule", lambda: Schedule.objects.get().paused_by),
+        ("run_selected_now", "jobs.run_schedule", lambda: ScheduleRun.objects.count()),
+    ],
+)
+def test_the_schedule_actions_need_their_permission(db, action, permission, state):
+    from tests.security.test_admin_permissions import staff_client
+
+    install(ScheduleSpec(name="five", task="tests.record", every="5s"))
+    pk = Schedule.objects.get().pk
+    data = {"action": action, "_selected_action": [str(pk)]}
+    viewer = staff_client("viewer")
+    page = viewer.get("/admin/jobs/schedule/")
+    assert page.status_code == 200 and "five" in page.content.decode()
+    assert f'value="{action}"' not in page.content.decode()
+    before = state()
+    viewer.post("/admin/jobs/schedule/", data, follow=True)
+    assert state() == before
+    holder = staff_client("holder", permission)
+    assert f'value="{action}"' in holder.get("/admin/jobs/schedule/").content.decode()
+    holder.post("/admin/jobs/schedule/", data, follow=True)
+    assert state() != before
