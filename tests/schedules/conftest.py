@@ -1,10 +1,10 @@
 """Schedules under real beat and worker processes: helpers shared by these tests."""
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import pytest
-from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
+from jobs.maintenance.schedule import schedule_install
 from jobs.models import Job
 from jobs.schedules.services import schedules_install
 from jobs.schedules.spec import ScheduleSpec, resolve
@@ -33,16 +33,11 @@ def install(*specs: ScheduleSpec, now: datetime | None = None) -> None:
     schedules_install([resolve(spec) for spec in specs], now=now)
 
 
-def tick_every_second() -> None:
-    """Put the schedules' tick on beat's schedule, as setup_periodic_tasks does (1s)."""
-    every, _ = IntervalSchedule.objects.get_or_create(every=1, period="seconds")
-    PeriodicTask.objects.create(
-        name="conveyor: fire due schedules",
-        task=TICK,
-        interval=every,
-        queue="maintenance",
-        expire_seconds=1,
-    )
+def tick_every_second(settings) -> None:
+    """Install the schedules' beat entry as setup_periodic_tasks does, every second."""
+    (entry,) = [e for e in settings.CONVEYOR_PERIODIC_TASKS if e[1] == TICK]
+    settings.CONVEYOR_PERIODIC_TASKS = [(entry[0], TICK, timedelta(seconds=1))]
+    schedule_install()
 
 
 def slots_of(name: str) -> list[datetime]:
