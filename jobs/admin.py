@@ -506,4 +506,4 @@ class MaintenanceRunAdmin(ConveyorModelAdmin):
         return super().changelist_view(request, extra_context=extra_context)
 
 
-from jobs import admin_queues  # noqa: E402, F401 - registers the queues page
+from jobs import admin_queues, admin_schedules  # noqa: E402, F401 - registers those pages

@@ -28,6 +28,7 @@ class JobsConfig(AppConfig):
             _ensure_accounting_triggers, sender=self, dispatch_uid="jobs.accounting.triggers"
         )
         _check_task_declarations()
+        _check_schedules()
 
 
 def _check_task_declarations() -> None:
@@ -44,3 +45,10 @@ def _check_task_declarations() -> None:
     for task in app.tasks.values():
         limit = getattr(task, "limit", None)
         limits.check_declared(task.name, limit, on_job_task=isinstance(task, JobTask))
+
+
+def _check_schedules() -> None:
+    """Refuse to start on a bad schedule (ImproperlyConfigured naming it: one line, exit 2)."""
+    from jobs.schedules.spec import declared
+
+    declared()

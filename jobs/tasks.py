@@ -57,6 +57,14 @@ def account_jobs(force: bool = False) -> dict:
     return runs.run_task("account_jobs", account, force=force)
 
 
+@shared_task(name="maintenance.fire_schedules", ignore_result=True)
+def fire_schedules(force: bool = False) -> dict:
+    """Enqueue one job per due slot of every schedule (see jobs.schedules.fire)."""
+    from jobs.schedules.fire import fire_due
+
+    return runs.run_task("fire_schedules", fire_due, force=force)
+
+
 class DjangoTask(JobTask):
     """Runs ``django.tasks`` functions; sends Django's task signals around each attempt."""
 

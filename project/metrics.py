@@ -81,6 +81,7 @@ class DatabaseCollector:
         yield from self._webhooks()
         yield from self._workers(now)
         yield from self._maintenance()
+        yield from self._schedules(now)
 
     def _jobs(self, now):
         found = counts.read()
@@ -226,6 +227,21 @@ class DatabaseCollector:
             overdue.add_metric([runner["runner"]], 1 if runner["overdue"] else 0)
         yield age
         yield overdue
+
+    def _schedules(self, now):
+        from jobs.schedules import selectors
+
+        age = GaugeMetricFamily(
+            "conveyor_schedule_last_success_age_seconds",
+            "Seconds since each schedule's latest successful run ended (since the schedule "
+            "was installed when none has succeeded): alert on one that stopped",
+            labels=["schedule"],
+        )
+        installed = selectors.created_at()
+        for name, finished_at in sorted(selectors.last_successes().items()):
+            since = finished_at or installed[name]
+            age.add_metric([name], max(0.0, (now - since).total_seconds()))
+        yield age
 
 
 def _histograms():

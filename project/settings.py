@@ -323,6 +323,11 @@ CONVEYOR_PERIODIC_TASKS = [
         _CONVEYOR["CONVEYOR_PURGE_INTERVAL"],
     ),
     (
+        "conveyor: fire due schedules",
+        "maintenance.fire_schedules",
+        _CONVEYOR["CONVEYOR_SCHEDULE_TICK"],
+    ),
+    (
         "conveyor: purge old idempotency keys",
         "maintenance.purge_idempotency_keys",
         _CONVEYOR["CONVEYOR_PURGE_INTERVAL"],

@@ -187,6 +187,25 @@ SETTINGS: tuple[Setting, ...] = (
         "1m",
         "how often beat decides runs_on deployments while no deployer claims them",
     ),
+    # --- Schedules ----------------------------------------------------------------------
+    _s(
+        "CONVEYOR_SCHEDULES",
+        "string",
+        "",
+        "schedules declared in the settings: a JSON list of {name, task, cron | every, ...}",
+    ),
+    _s(
+        "CONVEYOR_SCHEDULE_TICK",
+        "duration",
+        "1s",
+        "how often beat's one schedules entry fires the slots that have come due",
+    ),
+    _s(
+        "CONVEYOR_SCHEDULE_GRACE",
+        "duration",
+        "1m",
+        "a slot first seen later than this after its time was missed (its policy applies)",
+    ),
     _s("CONVEYOR_DORA_FAILURE_WINDOW", "duration", "7d", "a rollback within this is a failure"),
     # --- Webhooks -----------------------------------------------------------------------
     _s("CONVEYOR_WEBHOOKS_ENABLED", "boolean", "true", "false: in-app notifications only"),

@@ -23,6 +23,7 @@ from jobs.models.job import (
     JobStatus,
 )
 from jobs.models.maintenance import MaintenanceLock, MaintenanceRun, WorkerHeartbeat
+from jobs.models.schedule import Schedule, ScheduleRun, ScheduleRunKind
 
 __all__ = (
     "DEAD_LETTER",
@@ -49,6 +50,9 @@ __all__ = (
     "MaintenanceRun",
     "Notification",
     "QueueState",
+    "Schedule",
+    "ScheduleRun",
+    "ScheduleRunKind",
     "TaskState",
     "WorkerHeartbeat",
 )

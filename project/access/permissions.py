@@ -13,6 +13,8 @@ PERMISSIONS: dict[str, str] = {
     "job.view": "jobs.view_job",
     "queue.pause": "jobs.pause_queue",
     "task.pause": "jobs.pause_task",
+    "schedule.pause": "jobs.pause_schedule",
+    "schedule.run": "jobs.run_schedule",
     "deployment.trigger": "deployments.run_deployment",
     "deployment.retry": "deployments.run_deployment",
     "deployment.cancel": "deployments.cancel_deployment",

@@ -1,8 +1,10 @@
-"""Install Conveyor's maintenance schedule into django-celery-beat, keeping operators' choices.
+"""Install Conveyor's maintenance schedule into django-celery-beat, and the declared schedules.
 
-A thin command over ``jobs.maintenance.schedule.schedule_install`` (its docstring has the
-rules): one line per entry (``added``, ``changed`` with what, ``unchanged``, ``removed``), then
-one line of counts. ``--verbosity 0`` prints nothing.
+A thin command over ``jobs.maintenance.schedule.schedule_install`` and
+``jobs.schedules.services.schedules_install`` (their docstrings have the rules): one line per
+beat entry and per schedule (``added``, ``changed`` with what, ``unchanged``, ``removed``),
+then one line of counts for each (no schedule lines while none is declared or removed).
+``--verbosity 0`` prints nothing.
 """
 
 from collections import Counter
@@ -10,6 +12,7 @@ from collections import Counter
 from django.core.management.base import BaseCommand
 
 from jobs.maintenance.schedule import Action, schedule_install
+from jobs.schedules.services import schedules_install
 
 
 class Command(BaseCommand):
@@ -20,9 +23,18 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options):
         results = schedule_install()
+        schedules = schedules_install()
         if options["verbosity"] < 1:
             return
         for result in results:
             self.stdout.write(result.describe())
         counts = Counter(result.action for result in results)
         self.stdout.write("setup_periodic_tasks: " + ", ".join(f"{counts[a]} {a}" for a in Action))
+        if not schedules:  # none declared, none removed: nothing to say
+            return
+        for result in schedules:
+            self.stdout.write(result.describe())
+        counts = Counter(result.action for result in schedules)
+        self.stdout.write(
+            "schedules: " + ", ".join(f"{counts[a]} {a}" for a in Action) + " (from code)"
+        )
