@@ -120,6 +120,9 @@ class JobTask(Task):
                 _republish(ids[position:])
                 break
             plan = _plan(self, job_id)
+            if done is not None and done[0].workflow_id is not None:
+                self._finish(*done)  # a workflow's node ends on its own (jobs.workflows)
+                done = None
             if done is None:
                 job = _claim(job_id, task=self, worker=worker, plan=plan)
             else:

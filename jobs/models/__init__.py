@@ -1,4 +1,5 @@
-"""The job engine's models, one concern per module: jobs, audit, upkeep, counts, control, bulk."""
+"""The job engine's models, one concern per module: jobs, audit, upkeep, counts, control, bulk,
+workflows."""
 
 from jobs.models.accounting import (
     JobCount,
@@ -23,6 +24,7 @@ from jobs.models.job import (
     JobStatus,
 )
 from jobs.models.maintenance import MaintenanceLock, MaintenanceRun, WorkerHeartbeat
+from jobs.models.workflow import Condition, FailureRule, JobDependency, Workflow
 
 __all__ = (
     "DEAD_LETTER",
@@ -36,9 +38,12 @@ __all__ = (
     "BulkAction",
     "BulkOperation",
     "BulkStatus",
+    "Condition",
+    "FailureRule",
     "Job",
     "JobCount",
     "JobCountDelta",
+    "JobDependency",
     "JobMinuteStats",
     "JobReason",
     "JobStatus",
@@ -51,4 +56,5 @@ __all__ = (
     "QueueState",
     "TaskState",
     "WorkerHeartbeat",
+    "Workflow",
 )
