@@ -51,3 +51,9 @@ def atomic_step(ctx: JobContext):
     time.sleep(float(ctx.payload.get("sleep", 0)))
     _record(ctx, "wf.ran")
     return ctx.payload.get("n")
+
+
+@shared_task(base=JobTask, name="tests.wf.collect_atomic", atomic=True)
+def collect_atomic(ctx: JobContext):
+    """An atomic callback: its record and its success commit together, so it shows once."""
+    return collect.run(ctx)
