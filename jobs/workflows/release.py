@@ -38,6 +38,7 @@ import json
 
 from django.db import connection
 from django.db.models import Q
+from django.utils import timezone
 
 from jobs.models import FINISHED, Condition, Job, JobDependency, JobReason, JobStatus
 from jobs.publish import publish_on_commit
@@ -72,30 +73,42 @@ def advance(job: Job) -> list[Job]:
     return released
 
 
+# Steps 1 and 2 in one statement: the edges are marked (and row-locked) by the CTE before
+# the main query locks the dependants, in id order (one lock order for every transaction).
+_MARK_AND_LOCK = {
+    "postgresql": (
+        f"WITH marked AS (UPDATE {EDGES} SET done = true WHERE dependency_id = %s AND NOT done "
+        f"RETURNING dependant_id) SELECT id, status FROM {JOBS} "
+        "WHERE id IN (SELECT dependant_id FROM marked) ORDER BY id FOR NO KEY UPDATE"
+    ),
+    # SQLite writes one transaction at a time: no lock to take.
+    "sqlite": f"UPDATE {EDGES} SET done = true WHERE dependency_id = %s AND NOT done "
+    "RETURNING dependant_id, NULL",
+}
+
+
 def _mark_done(dependency: int) -> list[int]:
+    """Mark ``dependency``'s edges done; lock its dependants; return those still waiting."""
     with connection.cursor() as cursor:
-        cursor.execute(
-            f"UPDATE {EDGES} SET done = true WHERE dependency_id = %s AND NOT done "
-            "RETURNING dependant_id",
-            [dependency],
-        )
-        return sorted({row[0] for row in cursor.fetchall()})  # one lock order for everyone
+        cursor.execute(_MARK_AND_LOCK[connection.vendor], [dependency])
+        rows = cursor.fetchall()
+    if connection.vendor != "postgresql":
+        return sorted({row[0] for row in rows})
+    # Not waiting: cancelled meanwhile, or released by another ending (see above).
+    return [job_id for job_id, status in rows if status == S.WAITING]
 
 
 def _decide(dependant: int) -> Job | None:
     """Release or cancel ``dependant`` if its last edge is done; None if it still waits."""
-    lock = " FOR NO KEY UPDATE" if connection.vendor == "postgresql" else ""
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT status, payload FROM {JOBS} WHERE id = %s{lock}", [dependant])
-        row = cursor.fetchone()
-        if row is None or row[0] != S.WAITING:
-            return None  # cancelled meanwhile, or released by the other ending (see above)
         # A new statement: it sees every end committed before the lock was granted.
         cursor.execute(
-            f"SELECT EXISTS (SELECT 1 FROM {EDGES} WHERE dependant_id = %s AND NOT done)",
-            [dependant],
+            f"SELECT EXISTS (SELECT 1 FROM {EDGES} WHERE dependant_id = %s AND NOT done), "
+            f"(SELECT payload FROM {JOBS} WHERE id = %s AND status = %s)",
+            [dependant, dependant, S.WAITING],
         )
-        if cursor.fetchone()[0]:
+        row = cursor.fetchone()
+        if row[0] or row[1] is None:
             return None
     condition, members = inputs_of(dependant)
     failed = [member for member in members if member["status"] != S.SUCCEEDED]
@@ -109,13 +122,14 @@ def _decide(dependant: int) -> Job | None:
     payload[MEMBERS_KEY] = members
     if len(members) == 1:
         payload[PREVIOUS_KEY] = members[0]["result"]
+    now = timezone.now()
     moved = transition(
         Q(pk=dependant),
         S.QUEUED,
         from_=[S.WAITING],
         payload=payload,
-        run_after=_now(),
-        published_at=_now(),
+        run_after=now,
+        published_at=now,
         publish_count=0,
     )
     if moved:
@@ -197,9 +211,3 @@ def resume(job: Job) -> int:
 
 def _loads(value):
     return json.loads(value) if isinstance(value, str | bytes) else value
-
-
-def _now():
-    from django.utils import timezone
-
-    return timezone.now()
