@@ -15,13 +15,13 @@ release, which explains why a callback fires exactly once). See docs/jobs.md, Wo
 
 from jobs.workflows.build import (
     Graph,
-    WorkflowError,
     batch,
     chain,
     chord,
     graph,
     group,
 )
+from jobs.workflows.errors import WorkflowError
 from jobs.workflows.release import MEMBERS_KEY, PREVIOUS_KEY, advance, resume
 from jobs.workflows.state import (
     WorkflowNotFound,

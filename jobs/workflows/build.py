@@ -26,14 +26,12 @@ from jobs.models import Condition, FailureRule, Job, JobDependency, JobStatus, W
 from jobs.publish import publish_on_commit
 from jobs.services.base import logger
 from jobs.services.enqueue import _limit_key, _task_defaults, validate_payload, validate_priority
+from jobs.workflows.canvas import from_canvas, is_canvas
+from jobs.workflows.errors import WorkflowError
 
 S = JobStatus
 DJANGO_TASK = "jobs.django_task"  # jobs.backends: the task that runs a django.tasks function
 OPTIONS = frozenset({"queue", "priority", "max_attempts"})
-
-
-class WorkflowError(ValueError):
-    """A workflow that cannot be enqueued; the message names the node."""
 
 
 @dataclass
@@ -149,8 +147,6 @@ def batch(members, *, on_complete=None, on_success=None, on_failure=None) -> Bat
 def _members(members) -> Piece:
     if isinstance(members, Piece):
         return members
-    from jobs.workflows.canvas import is_canvas
-
     if is_canvas(members):
         return as_piece(members)
     return Group(list(members))
@@ -344,12 +340,10 @@ def _insert_edges(workflow_id: int, edges: list[tuple[int, int, str]]) -> None:
 
 def as_piece(step) -> Piece | Step:
     """Turn what a user passes as a step into a Step or a Piece; refuse what is not a task."""
-    from jobs.workflows.canvas import from_canvas, is_canvas
-
     if isinstance(step, Piece | Step):
         return step
     if is_canvas(step):
-        return from_canvas(step)
+        return _from_tree(from_canvas(step))
     if isinstance(step, tuple | list) and step and len(step) in (2, 3):
         task, payload, *rest = step
         options = rest[0] if rest else {}
@@ -361,6 +355,20 @@ def as_piece(step) -> Piece | Step:
     raise WorkflowError(
         f"step {step!r} is not a task (a (task, payload) pair, a task or a signature)"
     )
+
+
+def _from_tree(tree: tuple) -> Piece | Step:
+    """The pieces a canvas stands for (see jobs.workflows.canvas.from_canvas)."""
+    kind, *rest = tree
+    if kind == "step":
+        task, payload, options = rest
+        return Step(task=task, payload=payload, options=options)
+    if kind == "chain":
+        return Chain([_from_tree(step) for step in rest[0]])
+    if kind == "group":
+        return Group([_from_tree(step) for step in rest[0]])
+    members, callback = rest
+    return Batch(Group([_from_tree(m) for m in members]), [(_from_tree(callback), "complete")])
 
 
 def _step(task, payload, options) -> Step:

@@ -20,6 +20,8 @@ and tasks that are not registered.
 
 from celery.canvas import Signature, _chain, _chord, chunks, group
 
+from jobs.workflows.errors import WorkflowError
+
 ALLOWED_OPTIONS = frozenset({"queue", "priority", "immutable", "subtask_type"})
 
 
@@ -27,19 +29,21 @@ def is_canvas(value) -> bool:
     return isinstance(value, Signature)
 
 
-def from_canvas(signature):
-    """Return the Step or Piece ``signature`` stands for; refuse what has no clean mapping."""
-    from jobs.workflows.build import Batch, Chain, Group, Step, WorkflowError
+def from_canvas(signature) -> tuple:
+    """Describe ``signature`` as a tree jobs.workflows.build turns into pieces.
 
+    ``("step", task, payload, options)``, ``("chain", [trees])``, ``("group", [trees])`` or
+    ``("chord", [member trees], callback tree)``; refuse what has no clean mapping.
+    """
     if isinstance(signature, chunks) or signature.get("subtask_type") in ("xmap", "xstarmap"):
         raise WorkflowError(f"{signature!r}: chunks, map and starmap are not supported")
     if isinstance(signature, _chord):
-        header = Group([from_canvas(member) for member in signature.tasks])
-        return Batch(header, [(from_canvas(signature.body), "complete")])
+        members = [from_canvas(member) for member in signature.tasks]
+        return ("chord", members, from_canvas(signature.body))
     if isinstance(signature, _chain):
-        return Chain([from_canvas(step) for step in signature.tasks])
+        return ("chain", [from_canvas(step) for step in signature.tasks])
     if isinstance(signature, group):
-        return Group([from_canvas(member) for member in signature.tasks])
+        return ("group", [from_canvas(member) for member in signature.tasks])
     if signature.args:
         raise WorkflowError(
             f"{signature!r}: positional arguments are not supported; a job's payload is one "
@@ -56,4 +60,4 @@ def from_canvas(signature):
     if unknown:
         raise WorkflowError(f"{signature!r}: option(s) {sorted(unknown)} are not supported")
     kept = {name: options[name] for name in ("queue", "priority") if options.get(name) is not None}
-    return Step(task=signature.task, payload=dict(signature.kwargs or {}), options=kept)
+    return ("step", signature.task, dict(signature.kwargs or {}), kept)
