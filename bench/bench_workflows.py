@@ -11,6 +11,9 @@ rotates each round), on one real ``celery worker`` (prefork × ``BENCH_CONCURREN
   ``enqueue_many`` of 10,000 jobs, each in its own transaction, the clock stopped once it
   committed (and its doorbells were published). No worker reads the queue meanwhile.
   Target: at most 1.5×.
+
+The run also measures the same group without its callback (``group_alone``): the members'
+own transactions without the callback's shared row lock, to tell the two costs apart.
 """
 
 import os
@@ -70,6 +73,18 @@ def run_group() -> float:
     return wait_finished(MEMBERS + 1) - started
 
 
+def run_group_alone() -> float:
+    """The same group without a callback: the members' own transactions, no shared lock."""
+    from django.db import transaction
+
+    from jobs import workflows
+
+    started = time.time()
+    with transaction.atomic():
+        workflows.group(*[("jobs.noop", {"i": i}) for i in range(MEMBERS)]).enqueue()
+    return wait_finished(MEMBERS) - started
+
+
 def enqueue_many() -> float:
     from django.db import transaction
 
@@ -120,12 +135,19 @@ def main() -> dict:
     try:
         run_independent()  # warm up the worker's pool
         clean()
-        ran = measure({"independent": run_independent, "group": run_group}, "run")
+        ran = measure(
+            {"independent": run_independent, "group": run_group, "group_alone": run_group_alone},
+            "run",
+        )
     finally:
         worker.stop()
     results["independent_1000_s"] = harness.summary(ran["independent"], 2)
     results["group_1000_with_callback_s"] = harness.summary(ran["group"], 2)
+    results["group_1000_without_callback_s"] = harness.summary(ran["group_alone"], 2)
     results["group_vs_independent"] = harness.ratio_summary(ran["group"], ran["independent"])
+    results["group_without_callback_vs_independent"] = harness.ratio_summary(
+        ran["group_alone"], ran["independent"]
+    )
     harness.record("workflows", results)
     return results
 
