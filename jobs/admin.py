@@ -19,7 +19,7 @@ from jobs import attempts, limiter, owners, task_names
 from jobs.admin_bulk import BulkAdminMixin
 from jobs.changelist import JobPaginator, QueueFilter, TaskFilter, to_the_second
 from jobs.errors import IllegalTransition, JobNotFound
-from jobs.filters import ErrorClassFilter, OwnedByFilter, PayloadFilter
+from jobs.filters import ErrorClassFilter, OwnedByFilter, PayloadFilter, WorkflowFilter
 from jobs.models import (
     DEAD_LETTER,
     FINISHED,
@@ -190,6 +190,7 @@ class JobAdmin(BulkAdminMixin, ConveyorModelAdmin):
         PayloadFilter,
         ErrorClassFilter,
         OwnedByFilter,
+        WorkflowFilter,
         ("created_at", admin.DateFieldListFilter),
         ("finished_at", admin.DateFieldListFilter),
     )
@@ -507,3 +508,4 @@ class MaintenanceRunAdmin(ConveyorModelAdmin):
 
 
 from jobs import admin_queues, admin_schedules  # noqa: E402, F401 - registers those pages
+from jobs.workflows import admin as workflow_admin  # noqa: E402, F401 - the workflow pages

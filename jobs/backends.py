@@ -52,6 +52,7 @@ def not_a_task():
 
 MAX_ID = 2**63 - 1
 STATUS = {
+    JobStatus.WAITING: TaskResultStatus.READY,  # a workflow's job waiting for its dependencies
     JobStatus.QUEUED: TaskResultStatus.READY,
     JobStatus.RETRYING: TaskResultStatus.READY,
     JobStatus.RUNNING: TaskResultStatus.RUNNING,

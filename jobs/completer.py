@@ -68,7 +68,8 @@ def finish(
     ``actor`` signs a dead letter.
     """
     end = ending(decision, lease_expired_before=lease_expired_before)
-    if decision.status == S.SUCCEEDED:  # the hot path: one statement, nothing to announce
+    # The hot path: one statement, nothing to announce (a workflow's node: see _advance).
+    if decision.status == S.SUCCEEDED and job.workflow_id is None:
         done = statements.end(job, end)
         if done is None:
             return _cancelled_meanwhile(decision, job, lease_expired_before)
@@ -79,6 +80,7 @@ def finish(
         if done is None:
             return _cancelled_meanwhile(decision, job, lease_expired_before)
         _announce(done, decision, actor=actor)
+        _advance(done)
         _ring_if_limited(done)
     return done
 
@@ -91,6 +93,7 @@ def succeed(job: Job, encoded: str) -> bool:
     done = statements.end(job, ending(Decision(S.SUCCEEDED, result=encoded)))
     if done is None:
         return False
+    _advance(done)
     _ring_if_limited(done)  # once the body's transaction commits
     return True
 
@@ -189,8 +192,17 @@ def _cancelled_meanwhile(
             log_job("job.outcome_lost", job, status=decision.status, reason=decision.reason or "")
             return None
         _announce(done, cancelled)
+        _advance(done)
         _ring_if_limited(done)
     return done
+
+
+def _advance(job: Job) -> None:
+    """A workflow's node ended: release what it unblocks, in the transaction of its end."""
+    if job.workflow_id is not None:
+        from jobs.workflows.release import advance  # jobs.workflows imports the services
+
+        advance(job)
 
 
 def _ring_if_limited(job: Job, holds: limiter.Holds | None = None) -> None:

@@ -30,6 +30,7 @@ class JobSettings:
     maintenance_retention: timedelta
     shutdown_grace: timedelta
     queue_concurrency: dict[str, int]
+    workflow_max_nodes: int
 
 
 # Further in the future than this, a job is not published at enqueue: a countdown is held
@@ -55,6 +56,7 @@ def get() -> JobSettings:
         maintenance_retention=settings.CONVEYOR_MAINTENANCE_RETENTION,
         shutdown_grace=settings.CONVEYOR_SHUTDOWN_GRACE,
         queue_concurrency=dict(settings.CONVEYOR_QUEUE_CONCURRENCY),
+        workflow_max_nodes=settings.CONVEYOR_WORKFLOW_MAX_NODES,
     )
 
 

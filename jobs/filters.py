@@ -185,3 +185,16 @@ class OwnedByFilter(TextFilter):
 
     def apply(self, queryset, value: str):
         return owned_by_filter(queryset, value)
+
+
+class WorkflowFilter(TextFilter):
+    """The jobs of one workflow (its id): the partial index on ``workflow``."""
+
+    title = "workflow"
+    parameter_name = "workflow"
+    placeholder = "12"
+
+    def apply(self, queryset, value: str):
+        if not value.isdigit() or int(value) > MAX_ID:
+            raise IncorrectLookupParameters("a workflow is its id, e.g. 12")
+        return queryset.filter(workflow_id=int(value))

@@ -145,14 +145,14 @@ class JobTask(Task):
             job.cancel_requested_at = timezone.now()  # seen by the lease keeper or a heartbeat
         try:
             decision = outcome.decide(event, job, self)
-            if decision.status == outcome.S.SUCCEEDED:
-                return job, decision.result
-            ended = completer.finish(decision, job)
+            if decision.status == outcome.S.SUCCEEDED and job.workflow_id is None:
+                return job, decision.result  # written by the caller, with others (jobs.batches)
+            ended = completer.finish(decision, job)  # a workflow's node ends on its own
         except DatabaseError:
             raise  # the database is away: the lease runs out and the reaper takes over
         except Exception as exc:  # the ending itself could not be recorded: say why, for good
             ended = completer.finish(outcome.unrecordable(exc), job)
-        self._ended(ended, succeeded=False)
+        self._ended(ended, succeeded=ended is not None and ended.status == outcome.S.SUCCEEDED)
         return None
 
     def _run_atomic(self, ctx: JobContext) -> tuple[str, bool]:

@@ -5,6 +5,7 @@ from ninja import NinjaAPI
 from deployments.api import router as deployments_router
 from deployments.api_environments import router as environments_router
 from jobs.api import router as jobs_router
+from jobs.workflows.api import router as workflows_router
 from project import api_errors
 from project.access.auth import BearerToken
 from webhooks.api import router as webhooks_router
@@ -64,6 +65,7 @@ api = ConveyorApi(
 )
 api_errors.install(api)
 api.add_router("/", jobs_router)
+api.add_router("/", workflows_router)
 api.add_router("/", deployments_router)
 api.add_router("/", environments_router)
 api.add_router("/", webhooks_router)

@@ -86,6 +86,13 @@ SETTINGS: tuple[Setting, ...] = (
     _s("CONVEYOR_JOB_LEASE_TIMEOUT", "duration", "5m", "a claimed job's lease"),
     _s("CONVEYOR_JOB_MAX_ATTEMPTS", "integer", "5", "attempts per job", minimum=1),
     _s(
+        "CONVEYOR_WORKFLOW_MAX_NODES",
+        "integer",
+        "20000",
+        "the most jobs one workflow may hold (a larger one is refused at enqueue)",
+        minimum=1,
+    ),
+    _s(
         "CONVEYOR_RETRY_BACKOFF_MAX",
         "duration",
         "15m",

@@ -1,4 +1,5 @@
-"""The job engine's models, one concern per module: jobs, audit, upkeep, counts, control, bulk."""
+"""The job engine's models, one concern per module: jobs, audit, upkeep, counts, control, bulk,
+workflows."""
 
 from jobs.models.accounting import (
     JobCount,
@@ -24,6 +25,7 @@ from jobs.models.job import (
 )
 from jobs.models.maintenance import MaintenanceLock, MaintenanceRun, WorkerHeartbeat
 from jobs.models.schedule import Schedule, ScheduleRun, ScheduleRunKind
+from jobs.models.workflow import Condition, FailureRule, JobDependency, Workflow
 
 __all__ = (
     "DEAD_LETTER",
@@ -37,9 +39,12 @@ __all__ = (
     "BulkAction",
     "BulkOperation",
     "BulkStatus",
+    "Condition",
+    "FailureRule",
     "Job",
     "JobCount",
     "JobCountDelta",
+    "JobDependency",
     "JobMinuteStats",
     "JobReason",
     "JobStatus",
@@ -55,4 +60,5 @@ __all__ = (
     "ScheduleRunKind",
     "TaskState",
     "WorkerHeartbeat",
+    "Workflow",
 )

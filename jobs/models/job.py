@@ -7,6 +7,10 @@ from django.db.models.lookups import GreaterThan
 
 
 class JobStatus(models.TextChoices):
+    # A workflow's job waiting for its dependencies (jobs.workflows): no claim takes it. Left
+    # when its last dependency ends (released: queued; or cancelled by the failure rule) or
+    # by a cancel. Never written by enqueue() itself.
+    WAITING = "waiting", "Waiting"
     # Written by enqueue and by an operator's retry; left by a worker's claim or a cancel.
     QUEUED = "queued", "Queued"
     # Written by the claim; left by complete, fail, snooze, cancel, the reaper or the
@@ -27,12 +31,14 @@ S = JobStatus
 
 # The one table of allowed moves. jobs.transitions.transition() enforces it.
 TRANSITIONS: dict[str, frozenset[str]] = {
+    S.WAITING: frozenset({S.QUEUED, S.CANCELLED}),
     S.QUEUED: frozenset({S.RUNNING, S.CANCELLED}),
     S.RUNNING: frozenset({S.SUCCEEDED, S.RETRYING, S.DEAD, S.CANCELLED}),
     S.RETRYING: frozenset({S.RUNNING, S.CANCELLED}),
     S.SUCCEEDED: frozenset(),
     S.DEAD: frozenset({S.QUEUED}),
-    S.CANCELLED: frozenset({S.QUEUED}),
+    # A dependant cancelled because a dependency died waits again when that one is retried.
+    S.CANCELLED: frozenset({S.QUEUED, S.WAITING}),
 }
 FINISHED = frozenset({S.SUCCEEDED, S.DEAD, S.CANCELLED})
 # In the order of the partial indexes' conditions (status IN ('queued', 'retrying')): a query
@@ -80,6 +86,9 @@ class JobReason(models.TextChoices):
     SNOOZED = "snoozed", "Snoozed"
     # Cancelled: by an operator, before or during a run.
     CANCELLED = "cancelled", "Cancelled"
+    # Cancelled: a workflow's job whose dependencies did not end as it requires (a
+    # dependency died under the "fail" rule); waits again if that dependency is retried.
+    UPSTREAM = "upstream", "A dependency did not succeed"
 
 
 class Job(models.Model):
@@ -118,6 +127,15 @@ class Job(models.Model):
     # A dead job whose work was taken over (its delivery replayed, its deployment retried):
     # no longer a dead letter. Set by jobs.services.job_supersede, cleared by a retry.
     superseded_at = models.DateTimeField(null=True, blank=True)
+    # The workflow it is a node of (jobs.workflows), or None for a job on its own.
+    workflow = models.ForeignKey(
+        "jobs.Workflow",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="jobs",
+        db_index=False,  # the partial index below: jobs outside workflows pay nothing
+    )
 
     class Meta:
         ordering = ["-id"]
@@ -193,6 +211,12 @@ class Job(models.Model):
                 fields=["queue", "id"],
                 condition=DEAD_LETTER,
                 name="job_dead_letter_idx",
+            ),
+            # A workflow's nodes (its page, its status, its cancel, the jobs list's filter).
+            models.Index(
+                fields=["workflow", "id"],
+                condition=Q(workflow__isnull=False),
+                name="job_workflow_idx",
             ),
         ]
 

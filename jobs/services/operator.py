@@ -20,9 +20,12 @@ def job_cancel(job_id: int, *, actor: str) -> Job:
     owns the job (deployments) can follow.
     """
     with transaction.atomic():
-        moved = transition(Q(pk=job_id), S.CANCELLED, from_=PENDING, reason=JobReason.CANCELLED)
+        # A workflow's job waiting for its dependencies is cancelled at once, like a queued one.
+        waiting = (S.WAITING, *PENDING)
+        moved = transition(Q(pk=job_id), S.CANCELLED, from_=waiting, reason=JobReason.CANCELLED)
         if moved:
             job = moved[0]
+            _advance(job)
             log_job("job.cancelled", job, actor=actor)
             job_cancelled.send(sender=Job, job=job, actor=actor)
         else:
@@ -64,6 +67,7 @@ def _retry(job_id: int, *, actor: str, now) -> Job:
         moved = transition(
             Q(pk=job_id),
             S.QUEUED,
+            from_=(S.DEAD, S.CANCELLED),  # not a workflow's job waiting for its dependencies
             attempts=0,
             run_after=now,
             finished_at=None,
@@ -77,6 +81,10 @@ def _retry(job_id: int, *, actor: str, now) -> Job:
         if not moved:
             raise _not_found_or_illegal(job_id, "retry")
         job = moved[0]
+        if job.workflow_id is not None:  # what it held back waits for it again
+            from jobs.workflows.release import resume
+
+            resume(job)
         AuditLog.objects.create(
             actor=actor,
             action="job.retry",
@@ -107,6 +115,14 @@ def job_supersede(job_ids: list[int], *, actor: str) -> int:
     for job in superseded:
         log_job("job.superseded", job, actor=actor)
     return len(superseded)
+
+
+def _advance(job: Job) -> None:
+    """A workflow's job ended: release what it unblocks, in this transaction."""
+    if job.workflow_id is not None:
+        from jobs.workflows.release import advance  # jobs.workflows imports the services
+
+        advance(job)
 
 
 def _not_found_or_illegal(job_id: int, action: str) -> Exception:

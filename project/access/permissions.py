@@ -11,6 +11,8 @@ PERMISSIONS: dict[str, str] = {
     "job.cancel": "jobs.cancel_job",
     "job.delete": "jobs.delete_job",
     "job.view": "jobs.view_job",
+    "workflow.view": "jobs.view_job",
+    "workflow.cancel": "jobs.cancel_job",
     "queue.pause": "jobs.pause_queue",
     "task.pause": "jobs.pause_task",
     "schedule.pause": "jobs.pause_schedule",

@@ -53,7 +53,14 @@ def test_the_engine_imports_no_app_built_on_it():
 
 # Its edges authenticate API tokens and check the permission table through project.access;
 # nothing else of the engine knows about tokens or permissions.
-ACCESS_USERS = {"jobs.api", "jobs.admin", "jobs.admin_bulk", "jobs.bulk"}
+ACCESS_USERS = {
+    "jobs.api",
+    "jobs.admin",
+    "jobs.admin_bulk",
+    "jobs.bulk",
+    "jobs.workflows.api",
+    "jobs.workflows.admin",
+}
 
 
 def test_only_the_engines_edges_use_project_access():

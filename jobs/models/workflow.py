@@ -1,0 +1,89 @@
+"""A workflow: jobs that wait for other jobs (jobs.workflows), and the edges between them."""
+
+from django.db import models
+from django.db.models import Q
+
+
+class FailureRule(models.TextChoices):
+    """What a dependency that did not succeed does to the jobs that wait for it."""
+
+    # Its dependants are cancelled (reason ``upstream``), and theirs in turn; a callback
+    # that runs "on complete" still runs and sees the failure.
+    FAIL = "fail", "Fail: cancel what depends on a failed job"
+    # Its dependants run anyway and see the failure among their dependencies' outcomes.
+    TOLERATE = "tolerate", "Tolerate: run dependants anyway"
+
+
+class Condition(models.TextChoices):
+    """When a waiting job runs, once all of its dependencies have ended."""
+
+    # Every dependency succeeded (else it is cancelled, reason ``upstream``).
+    SUCCESS = "success", "All succeeded"
+    # Every dependency ended, however it ended.
+    COMPLETE = "complete", "All ended"
+    # At least one dependency ended dead or cancelled (else it is cancelled: not needed).
+    FAILURE = "failure", "Any failed"
+
+
+class Workflow(models.Model):
+    """A graph of jobs enqueued together; its nodes are Job rows with ``workflow`` set.
+
+    Its status is derived from its nodes when read (jobs.workflows.status_of): no row is
+    written when a node ends, so members never take turns on the workflow's row.
+    """
+
+    name = models.CharField(max_length=200, blank=True, default="")
+    failure_rule = models.CharField(
+        max_length=16, choices=FailureRule.choices, default=FailureRule.FAIL
+    )
+    node_count = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField()
+    # Set by a cancel of the whole workflow (jobs.workflows.workflow_cancel).
+    cancelled_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-id"]
+
+    def __str__(self) -> str:
+        return f"Workflow {self.pk} {self.name}".rstrip()
+
+
+class JobDependency(models.Model):
+    """``dependant`` waits for ``dependency`` to end; ``done`` once it has.
+
+    ``done`` is written only by the transaction that records the dependency's end (and put
+    back by a retry of it): the release check reads the not-done edges of one dependant
+    through the partial index, never a counter every member updates. The foreign keys to
+    jobs are ON DELETE CASCADE in the database (migration 0022), so the purge's raw DELETE
+    of finished jobs takes their edges with them.
+    """
+
+    workflow = models.ForeignKey(
+        Workflow, on_delete=models.CASCADE, related_name="edges", db_index=False
+    )
+    dependant = models.ForeignKey(
+        "jobs.Job", on_delete=models.CASCADE, related_name="+", db_constraint=False
+    )
+    dependency = models.ForeignKey(
+        "jobs.Job", on_delete=models.CASCADE, related_name="+", db_constraint=False
+    )
+    condition = models.CharField(
+        max_length=16, choices=Condition.choices, default=Condition.SUCCESS
+    )
+    done = models.BooleanField(default=False)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["dependency", "dependant"], name="job_dependency_unique"
+            ),
+        ]
+        indexes = [
+            # The release check: a dependant's edges still waiting.
+            models.Index(fields=["dependant"], condition=Q(done=False), name="job_dep_waiting_idx"),
+            # A dependant's inputs, in edge order (its outcomes under "members").
+            models.Index(fields=["dependant", "id"], name="job_dep_dependant_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"job {self.dependant_id} waits for job {self.dependency_id}"

@@ -1,0 +1,213 @@
+"""Advance a workflow when one of its jobs ends: mark its edges done, release what it unblocks.
+
+``advance(job)`` is called by every writer of a workflow job's end, inside the transaction
+that records that end (jobs.completer for a run's end, jobs.services.operator for the cancel
+of a job that was not running). It
+
+1. marks the job's own outgoing edges done (``UPDATE … SET done = true WHERE dependency =
+   me RETURNING dependant``): each member writes only its own edges, so a 10,000-member
+   group never takes turns on one counter row;
+2. for each dependant D, in id order, locks D's job row (``SELECT … FOR NO KEY UPDATE``);
+3. then, in a new statement, asks whether any edge of D is still not done (the partial
+   index on ``dependant WHERE NOT done``); if none is, decides D's fate from its
+   dependencies' outcomes and moves it with a conditional UPDATE (``WHERE status =
+   'waiting'``): released to ``queued`` (its doorbell rung on commit), or cancelled with
+   reason ``upstream`` when its condition is not met — and a cancelled D advances in turn.
+
+Why two members ending at once can neither both release D nor both miss it: each marks its
+own edge done *before* it asks for D's lock, and holds that lock until it commits. The one
+that gets the lock second waits for the first to commit; under READ COMMITTED its next
+statement sees everything the first committed. So if A and B are D's last two edges, the
+first to lock (say A) may see B's edge not done yet (B has not committed) and leave D — but
+then B locks after A committed, sees A's edge done and its own, and releases D: never both
+miss. And at most one can release it: the second to lock sees D no longer ``waiting``
+(the first's committed release), and the release's ``WHERE status = 'waiting'`` would refuse
+it anyway. Nothing polls; nothing is decided outside a transaction that records an end.
+
+The released job's payload gets its dependencies' outcomes, in the order the workflow
+declared them, computed in that same transaction: ``"members"``: a list of ``{job_id, task,
+status, reason, result, error}``, and ``"previous"``: the result of its one dependency when
+it has exactly one (a chain's step).
+
+``resume(job)`` undoes a failure's consequences when an operator retries a dead or cancelled
+node: its edges go back to not done for the dependants still waiting, and the dependants
+cancelled because of it (reason ``upstream``) wait again, theirs with them.
+"""
+
+import json
+
+from django.db import connection
+from django.db.models import Q
+from django.utils import timezone
+
+from jobs.models import FINISHED, Condition, Job, JobDependency, JobReason, JobStatus
+from jobs.publish import publish_on_commit
+from jobs.services.base import log_job
+from jobs.transitions import transition
+
+S = JobStatus
+EDGES = JobDependency._meta.db_table
+JOBS = Job._meta.db_table
+# A released job's payload keys (documented in docs/jobs.md, Workflows).
+MEMBERS_KEY = "members"
+PREVIOUS_KEY = "previous"
+
+
+def advance(job: Job) -> list[Job]:
+    """Record that ``job`` ended (inside that transaction); return the jobs it released."""
+    if job.workflow_id is None or job.status not in FINISHED:
+        return []
+    released: list[Job] = []
+    ended = [job.pk]
+    while ended:  # a cancelled dependant ends too: its own dependants are decided in turn
+        for dependant in _mark_done(ended.pop()):
+            moved = _decide(dependant)
+            if moved is None:
+                continue
+            if moved.status == S.QUEUED:
+                released.append(moved)
+            else:
+                ended.append(moved.pk)
+    if released:
+        publish_on_commit(released)
+    return released
+
+
+# Steps 1 and 2 in one statement: the edges are marked (and row-locked) by the CTE before
+# the main query locks the dependants, in id order (one lock order for every transaction).
+_MARK_AND_LOCK = {
+    "postgresql": (
+        f"WITH marked AS (UPDATE {EDGES} SET done = true WHERE dependency_id = %s AND NOT done "
+        f"RETURNING dependant_id) SELECT id, status FROM {JOBS} "
+        "WHERE id IN (SELECT dependant_id FROM marked) ORDER BY id FOR NO KEY UPDATE"
+    ),
+    # SQLite writes one transaction at a time: no lock to take.
+    "sqlite": f"UPDATE {EDGES} SET done = true WHERE dependency_id = %s AND NOT done "
+    "RETURNING dependant_id, NULL",
+}
+
+
+def _mark_done(dependency: int) -> list[int]:
+    """Mark ``dependency``'s edges done; lock its dependants; return those still waiting."""
+    with connection.cursor() as cursor:
+        cursor.execute(_MARK_AND_LOCK[connection.vendor], [dependency])
+        rows = cursor.fetchall()
+    if connection.vendor != "postgresql":
+        return sorted({row[0] for row in rows})
+    # Not waiting: cancelled meanwhile, or released by another ending (see above).
+    return [job_id for job_id, status in rows if status == S.WAITING]
+
+
+def _decide(dependant: int) -> Job | None:
+    """Release or cancel ``dependant`` if its last edge is done; None if it still waits."""
+    with connection.cursor() as cursor:
+        # A new statement: it sees every end committed before the lock was granted.
+        cursor.execute(
+            f"SELECT EXISTS (SELECT 1 FROM {EDGES} WHERE dependant_id = %s AND NOT done), "
+            f"(SELECT payload FROM {JOBS} WHERE id = %s AND status = %s)",
+            [dependant, dependant, S.WAITING],
+        )
+        row = cursor.fetchone()
+        if row[0] or row[1] is None:
+            return None
+    condition, members = inputs_of(dependant)
+    failed = [member for member in members if member["status"] != S.SUCCEEDED]
+    if condition == Condition.SUCCESS and failed:
+        first = failed[0]
+        why = f"dependency job {first['job_id']} ({first['task']}) ended {first['status']}"
+        return _cancel(dependant, JobReason.UPSTREAM, why)
+    if condition == Condition.FAILURE and not failed:
+        return _cancel(dependant, JobReason.CANCELLED, "not needed: every dependency succeeded")
+    payload = _loads(row[1])
+    payload[MEMBERS_KEY] = members
+    if len(members) == 1:
+        payload[PREVIOUS_KEY] = members[0]["result"]
+    now = timezone.now()
+    moved = transition(
+        Q(pk=dependant),
+        S.QUEUED,
+        from_=[S.WAITING],
+        payload=payload,
+        run_after=now,
+        published_at=now,
+        publish_count=0,
+    )
+    if moved:
+        log_job("workflow.released", moved[0], workflow=moved[0].workflow_id)
+        return moved[0]
+    return None
+
+
+def inputs_of(dependant: int) -> tuple[str, list[dict]]:
+    """Return ``dependant``'s condition and its dependencies' outcomes, in declared order."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT e.condition, j.id, j.task, j.status, j.reason, j.result, j.last_error "
+            f"FROM {EDGES} e JOIN {JOBS} j ON j.id = e.dependency_id "
+            "WHERE e.dependant_id = %s ORDER BY e.id",
+            [dependant],
+        )
+        rows = cursor.fetchall()
+    condition = rows[0][0] if rows else Condition.COMPLETE
+    members = [
+        {
+            "job_id": job_id,
+            "task": task,
+            "status": status,
+            "reason": reason,
+            "result": _loads(result) if result is not None else None,
+            "error": (error or None) if status != S.SUCCEEDED else None,
+        }
+        for _, job_id, task, status, reason, result, error in rows
+    ]
+    return condition, members
+
+
+def _cancel(dependant: int, reason: JobReason, why: str) -> Job | None:
+    moved = transition(
+        Q(pk=dependant), S.CANCELLED, from_=[S.WAITING], reason=reason, last_error=why
+    )
+    if moved:
+        log_job("workflow.cancelled_dependant", moved[0], reason=reason, error=why)
+        return moved[0]
+    return None
+
+
+def resume(job: Job) -> int:
+    """``job`` was retried (inside that transaction): let what it held back wait for it again.
+
+    Its edges to dependants still waiting go back to not done; dependants cancelled because
+    of it (reason ``upstream``) wait again, and so on downstream. A dependant that already
+    ran (a callback under an "on complete" condition) is left as it is. Return how many
+    dependants wait again.
+    """
+    if job.workflow_id is None:
+        return 0
+    restored = 0
+    todo = [job.pk]
+    while todo:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {EDGES} SET done = false WHERE dependency_id = %s AND done "
+                f"AND dependant_id IN (SELECT id FROM {JOBS} WHERE status = %s "
+                "OR (status = %s AND reason = %s)) RETURNING dependant_id",
+                [todo.pop(), S.WAITING, S.CANCELLED, JobReason.UPSTREAM],
+            )
+            dependants = sorted({row[0] for row in cursor.fetchall()})
+        for dependant in dependants:
+            moved = transition(
+                Q(pk=dependant, reason=JobReason.UPSTREAM),
+                S.WAITING,
+                from_=[S.CANCELLED],
+                reason="",
+                last_error="",
+                finished_at=None,
+            )
+            if moved:
+                restored += 1
+                todo.append(dependant)
+    return restored
+
+
+def _loads(value):
+    return json.loads(value) if isinstance(value, str | bytes) else value

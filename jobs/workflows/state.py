@@ -1,0 +1,113 @@
+"""A workflow as read and as operated: its status, its nodes, its cancel."""
+
+from django.db import transaction
+from django.db.models import Count, Q
+from django.utils import timezone
+
+from jobs.errors import JobNotFound
+from jobs.models import (
+    FINISHED,
+    PENDING,
+    AuditLog,
+    Job,
+    JobDependency,
+    JobReason,
+    JobStatus,
+    Workflow,
+)
+from jobs.services.base import logger
+from jobs.transitions import transition, update_returning
+
+S = JobStatus
+
+
+class WorkflowStatus:
+    """A workflow's status, derived from its nodes when read (no row written per end)."""
+
+    RUNNING = "running"  # some node has not ended
+    SUCCEEDED = "succeeded"  # every node succeeded
+    FAILED = "failed"  # every node ended, and some did not succeed
+    CANCELLED = "cancelled"  # cancelled as a whole (jobs.workflows.workflow_cancel)
+
+
+class WorkflowNotFound(JobNotFound):
+    """No workflow has this id."""
+
+
+def counts_of(workflow: Workflow) -> dict[str, int]:
+    """Return ``{status: jobs}`` of ``workflow``'s nodes (the partial index on workflow)."""
+    rows = Job.objects.filter(workflow=workflow).order_by().values("status").annotate(n=Count("id"))
+    return {row["status"]: row["n"] for row in rows}
+
+
+def status_of(workflow: Workflow, counts: dict[str, int] | None = None) -> str:
+    counts = counts_of(workflow) if counts is None else counts
+    unfinished = sum(n for status, n in counts.items() if status not in FINISHED)
+    if workflow.cancelled_at is not None:
+        return WorkflowStatus.CANCELLED if not unfinished else WorkflowStatus.RUNNING
+    if unfinished:
+        return WorkflowStatus.RUNNING
+    if sum(counts.values()) == counts.get(S.SUCCEEDED, 0):
+        return WorkflowStatus.SUCCEEDED
+    return WorkflowStatus.FAILED
+
+
+def nodes_of(workflow: Workflow) -> tuple[list[Job], list[tuple[int, int, bool]]]:
+    """Return the workflow's jobs (oldest first) and its edges ``(dependant, dependency, done)``."""
+    jobs = list(Job.objects.filter(workflow=workflow).order_by("id"))
+    edges = list(
+        JobDependency.objects.filter(workflow=workflow)
+        .order_by("id")
+        .values_list("dependant_id", "dependency_id", "done")
+    )
+    return jobs, edges
+
+
+def workflow_cancel(workflow_id: int, *, actor: str) -> Workflow:
+    """Cancel what has not finished: waiting and queued nodes at once, running ones asked.
+
+    A running node ends cancelled through its lease keeper or heartbeat, as any job does;
+    its end advances nothing left to run (its dependants are cancelled already).
+    """
+    with transaction.atomic():
+        workflow = Workflow.objects.select_for_update().filter(pk=workflow_id).first()
+        if workflow is None:
+            raise WorkflowNotFound(f"workflow {workflow_id} does not exist")
+        now = timezone.now()
+        if workflow.cancelled_at is None:
+            workflow.cancelled_at = now
+            workflow.save(update_fields=["cancelled_at"])
+        where = {"workflow_id": workflow_id}
+        cancelled = transition(
+            Q(**where),
+            S.CANCELLED,
+            from_=[S.WAITING, *PENDING],
+            reason=JobReason.CANCELLED,
+            last_error=f"the workflow was cancelled by {actor}",
+        )
+        asked = update_returning(
+            Job.objects.filter(status=S.RUNNING, cancel_requested_at__isnull=True, **where),
+            {"cancel_requested_at": now, "updated_at": now},
+        )
+        # Every node not running is cancelled now: their edges are done, nothing is left
+        # waiting to release (one UPDATE, not one advance per node).
+        JobDependency.objects.filter(workflow_id=workflow_id, done=False).exclude(
+            dependency__status=S.RUNNING
+        ).update(done=True)
+        AuditLog.objects.create(
+            actor=actor,
+            action="workflow.cancel",
+            target_type="workflow",
+            target_id=str(workflow_id),
+            details={"cancelled": len(cancelled), "cancel_requested": len(asked)},
+        )
+        logger.info(
+            "workflow.cancelled",
+            extra={
+                "workflow": workflow_id,
+                "actor": actor,
+                "cancelled": len(cancelled),
+                "cancel_requested": len(asked),
+            },
+        )
+    return workflow

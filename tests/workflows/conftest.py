@@ -1,0 +1,51 @@
+"""Workflow fixtures: workers that also know the workflow tests' tasks."""
+
+import pytest
+from django.db import transaction
+
+import tests.workflows.tasks  # noqa: F401 - registers the tasks in this process too
+from jobs.models import Job, JobDependency, JobStatus
+from tests.processes import wait_until
+
+INCLUDE = "tests.jobtasks,tests.workflows.tasks"
+
+
+@pytest.fixture
+def flow_worker(start_worker):
+    """Start a real worker on the default queue that knows the workflow tasks."""
+
+    def start(*, concurrency: int = 2, **kwargs):
+        return start_worker(queues="default", concurrency=concurrency, include=INCLUDE, **kwargs)
+
+    return start
+
+
+def enqueue(piece, **options):
+    """Enqueue ``piece`` in a transaction of its own, as a caller would."""
+    with transaction.atomic():
+        return piece.enqueue(**options)
+
+
+def wait_finished(workflow, *, timeout: float = 60) -> list[Job]:
+    """Wait until every node of ``workflow`` has ended; return them, oldest first."""
+
+    def done():
+        jobs = list(Job.objects.filter(workflow=workflow).order_by("id"))
+        return jobs if all(job.is_finished for job in jobs) else None
+
+    return wait_until(done, timeout=timeout, message=f"workflow {workflow.pk} to finish")
+
+
+def assert_order(workflow) -> None:
+    """No dependant started before each of its dependencies had finished."""
+    edges = JobDependency.objects.filter(workflow=workflow).select_related(
+        "dependant", "dependency"
+    )
+    for edge in edges:
+        dependant, dependency = edge.dependant, edge.dependency
+        assert edge.done
+        if dependant.started_at is None:
+            assert dependant.status == JobStatus.CANCELLED
+            continue
+        assert dependency.finished_at is not None
+        assert dependency.finished_at <= dependant.started_at, (dependency.pk, dependant.pk)

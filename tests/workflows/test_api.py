@@ -1,0 +1,66 @@
+"""GET /api/v1/workflows/{id} and its cancel: scope, the person's permission, the error shape."""
+
+import pytest
+from django.contrib.auth.models import Permission, User
+
+from jobs import workflows
+from jobs.models import Job, JobStatus
+from project.access.tokens import token_create
+from tests.api.conftest import Api, assert_error
+from tests.workflows.conftest import enqueue
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _api(scope: str, user=None) -> Api:
+    _, raw = token_create(name=f"{scope}-wf", scope=scope, user=user)
+    return Api(raw)
+
+
+def _person(*codenames: str) -> User:
+    user = User.objects.create_user(f"person{User.objects.count()}", password="x")
+    for codename in codenames:
+        user.user_permissions.add(Permission.objects.get(codename=codename))
+    return user
+
+
+def test_a_workflow_reads_with_its_nodes_and_what_each_waits_for():
+    flow = enqueue(workflows.chord(["tests.wf.add", "tests.wf.add"], "tests.wf.collect"), name="c")
+    first, second, callback = Job.objects.filter(workflow=flow).order_by("id")
+    response = _api("read").get(f"/workflows/{flow.pk}")
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert (body["id"], body["name"], body["status"]) == (flow.pk, "c", "running")
+    assert body["counts"] == {"queued": 2, "waiting": 1}
+    assert [(n["job_id"], n["task"], n["status"], n["depends_on"]) for n in body["nodes"]] == [
+        (first.pk, "tests.wf.add", "queued", []),
+        (second.pk, "tests.wf.add", "queued", []),
+        (callback.pk, "tests.wf.collect", "waiting", [first.pk, second.pk]),
+    ]
+    page = _api("read").get(f"/workflows/{flow.pk}", limit=2).json()
+    assert len(page["nodes"]) == 2 and page["next_after"] == second.pk
+    rest = _api("read").get(f"/workflows/{flow.pk}", after=second.pk).json()
+    assert [n["job_id"] for n in rest["nodes"]] == [callback.pk] and rest["next_after"] is None
+
+
+def test_a_person_needs_view_job_and_an_unknown_workflow_is_a_404():
+    flow = enqueue(workflows.chain("tests.wf.add", "tests.wf.add"))
+    assert_error(_api("read", _person()).get(f"/workflows/{flow.pk}"), 403, "forbidden")
+    assert _api("read", _person("view_job")).get(f"/workflows/{flow.pk}").status_code == 200
+    assert_error(_api("read").get("/workflows/999999"), 404, "not_found")
+    assert_error(_api("read").get("/workflows/nope"), 404)
+    assert_error(_api("read").get(f"/workflows/{flow.pk}", limit=0), 422)
+
+
+def test_cancel_needs_admin_scope_and_cancel_job():
+    flow = enqueue(workflows.chain("tests.wf.add", "tests.wf.add"))
+    assert_error(_api("deploy").post(f"/workflows/{flow.pk}/cancel"), 403, "forbidden")
+    person = _person("view_job")
+    assert_error(_api("admin", person).post(f"/workflows/{flow.pk}/cancel"), 403, "forbidden")
+    response = _api("admin").post(f"/workflows/{flow.pk}/cancel")
+    assert response.status_code == 202, response.content
+    assert response.json()["status"] == "cancelled"
+    assert set(Job.objects.filter(workflow=flow).values_list("status", flat=True)) == {
+        JobStatus.CANCELLED
+    }
+    assert_error(_api("admin").post("/workflows/999999/cancel"), 404, "not_found")

@@ -1,0 +1,66 @@
+"""The console's workflow page: permissions, the graph and the jobs list's workflow filter."""
+
+import pytest
+from django.contrib.auth.models import Permission, User
+from django.test import Client
+
+from jobs import completer, outcome, services, workflows
+from jobs.models import Job, JobStatus
+from tests.workflows.conftest import enqueue
+
+pytestmark = pytest.mark.django_db(transaction=True)
+S = JobStatus
+
+
+def _client(*codenames: str) -> Client:
+    user = User.objects.create_user(f"staff{User.objects.count()}", password="x", is_staff=True)
+    for codename in codenames:
+        user.user_permissions.add(Permission.objects.get(codename=codename))
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def _diamond():
+    graph = workflows.graph(name="diamond <b>")
+    graph.add(("tests.wf.add", {"n": 1}), key="top")
+    graph.add(("tests.wf.add", {"n": 2}), key="left", depends_on=["top"])
+    graph.add(("tests.wf.add", {"n": 3}), key="right", depends_on=["top"])
+    graph.add("tests.wf.collect", key="join", depends_on=["left", "right"])
+    flow = enqueue(graph)
+    top = Job.objects.filter(workflow=flow).order_by("id").first()
+    claimed = services.job_claim(top.pk, worker="hand/1")
+    completer.finish(outcome.Decision(S.SUCCEEDED, result="1"), claimed)
+    return flow
+
+
+def test_the_workflow_page_draws_every_job_and_needs_view_job():
+    flow = _diamond()
+    url = f"/admin/jobs/workflow/{flow.pk}/change/"
+    assert _client().get(url).status_code == 403
+    response = _client("view_job").get(url)
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert "diamond &lt;b&gt;" in html and "diamond <b>" not in html
+    assert html.count("<rect") == 4 and html.count("<line") == 4
+    assert 'id="workflow-status">running<' in html
+    assert 'id="workflow-cancel"' not in html  # no jobs.cancel_job
+    jobs = _client("view_job").get(f"/admin/jobs/job/?workflow={flow.pk}")
+    assert jobs.status_code == 200
+    assert len(jobs.context["cl"].result_list) == 4
+    assert _client("view_job").get("/admin/jobs/job/?workflow=abc").status_code in (200, 302)
+
+
+def test_cancel_from_the_console_needs_cancel_job():
+    flow = _diamond()
+    url = f"/admin/jobs/workflow/{flow.pk}/cancel/"
+    assert _client("view_job").post(url).status_code == 403
+    client = _client("view_job", "cancel_job")
+    assert (
+        'id="workflow-cancel"'
+        in client.get(f"/admin/jobs/workflow/{flow.pk}/change/").content.decode()
+    )
+    assert client.post(url).status_code == 302
+    statuses = set(Job.objects.filter(workflow=flow).values_list("status", flat=True))
+    assert statuses == {S.SUCCEEDED, S.CANCELLED}
+    assert client.get("/admin/jobs/workflow/999999/change/").status_code == 404

@@ -1,0 +1,164 @@
+"""Operators and failures: cancel, retry and resume; bad workflows refused with nothing written.
+
+Ends are recorded by hand here (claim, then jobs.completer), as a worker would, so each
+case controls exactly which node ends how.
+"""
+
+import pytest
+from celery import chain as celery_chain
+from celery import chord as celery_chord
+from celery import group as celery_group
+from django.db import transaction
+from django.test import override_settings
+
+from jobs import completer, outcome, services, workflows
+from jobs.attempts import error_info
+from jobs.models import Job, JobDependency, JobReason, JobStatus, Workflow
+from tests.workflows import tasks
+from tests.workflows.conftest import enqueue
+
+S = JobStatus
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _nodes(flow) -> list[Job]:
+    return list(Job.objects.filter(workflow=flow).order_by("id"))
+
+
+def _succeed(job: Job, result: str = "1") -> Job:
+    claimed = services.job_claim(job.pk, worker="hand/1")
+    assert claimed is not None, job
+    return completer.finish(outcome.Decision(S.SUCCEEDED, result=result), claimed)
+
+
+def _die(job: Job) -> Job:
+    claimed = services.job_claim(job.pk, worker="hand/1")
+    decision = outcome.Decision(S.DEAD, JobReason.PERMANENT, error=error_info(None, message="no"))
+    return completer.finish(decision, claimed)
+
+
+def test_a_dead_step_retried_resumes_the_chain_where_it_stopped():
+    flow = enqueue(workflows.chain("tests.wf.add", "tests.wf.add", "tests.wf.add"))
+    first, second, third = _nodes(flow)
+    _succeed(first)
+    _die(second)
+    third.refresh_from_db()
+    assert (third.status, third.reason) == (S.CANCELLED, JobReason.UPSTREAM)
+    services.job_retry(second.pk, actor="op")
+    third.refresh_from_db()
+    assert third.status == S.WAITING and third.finished_at is None
+    _succeed(Job.objects.get(pk=second.pk), result="5")
+    third.refresh_from_db()
+    assert third.status == S.QUEUED and third.payload["previous"] == 5
+
+
+def test_a_cancelled_member_counts_as_ended_for_an_on_complete_callback():
+    flow = enqueue(workflows.chord(["tests.wf.add", "tests.wf.add"], "tests.wf.collect"))
+    first, second, callback = _nodes(flow)
+    _succeed(first)
+    services.job_cancel(second.pk, actor="op")
+    callback.refresh_from_db()
+    assert callback.status == S.QUEUED
+    assert [m["status"] for m in callback.payload["members"]] == ["succeeded", "cancelled"]
+
+
+def test_a_waiting_job_cannot_be_retried_into_the_queue_but_can_be_cancelled():
+    flow = enqueue(workflows.chain("tests.wf.add", "tests.wf.add"))
+    _, second = _nodes(flow)
+    with pytest.raises(Exception, match="cannot retry"):
+        services.job_retry(second.pk, actor="op")
+    assert services.job_cancel(second.pk, actor="op").status == S.CANCELLED
+
+
+def test_stricter_callbacks_run_only_when_their_condition_holds():
+    flow = enqueue(
+        workflows.batch(
+            ["tests.wf.add", "tests.wf.fail"],
+            on_success="tests.wf.collect",
+            on_failure="tests.wf.collect",
+            on_complete="tests.wf.collect",
+        )
+    )
+    ok, bad, on_complete, on_success, on_failure = _nodes(flow)
+    _succeed(ok)
+    _die(bad)
+    statuses = {job.pk: job.status for job in _nodes(flow)}
+    assert statuses[on_complete.pk] == S.QUEUED
+    assert statuses[on_success.pk] == S.CANCELLED
+    assert statuses[on_failure.pk] == S.QUEUED
+
+
+def test_cancelling_a_workflow_cancels_what_has_not_finished():
+    flow = enqueue(workflows.chain("tests.wf.add", "tests.wf.add", "tests.wf.add"))
+    first, second, third = _nodes(flow)
+    running = services.job_claim(first.pk, worker="hand/1")
+    workflows.workflow_cancel(flow.pk, actor="op")
+    statuses = [job.status for job in _nodes(flow)]
+    assert statuses == [S.RUNNING, S.CANCELLED, S.CANCELLED]
+    assert Job.objects.get(pk=first.pk).cancel_requested_at is not None
+    ended = completer.finish(outcome.Decision(S.SUCCEEDED, result="1"), running)
+    assert ended.status == S.CANCELLED  # the cancel asked for meanwhile wins, as for any job
+    assert workflows.status_of(Workflow.objects.get(pk=flow.pk)) == "cancelled"
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda: workflows.chain("tests.wf.add", "tests.nope"), "node '#1': unknown task"),
+        (lambda: workflows.chain("tests.wf.add", 42), "step 42 is not a task"),
+        (
+            lambda: _cycle(),
+            "cycle through node(s) 'a', 'b', 'c'",
+        ),
+        (lambda: workflows.group(*["tests.wf.add"] * 4), "more than CONVEYOR_WORKFLOW_MAX_NODES"),
+        (lambda: workflows.chain(tasks.add.s(1)), "positional arguments are not supported"),
+    ],
+)
+@override_settings(CONVEYOR_WORKFLOW_MAX_NODES=3)
+def test_a_bad_workflow_is_refused_at_enqueue_with_nothing_written(build, message):
+    with pytest.raises(workflows.WorkflowError, match=_escape(message)), transaction.atomic():
+        build().enqueue()
+    assert not Workflow.objects.exists()
+    assert not Job.objects.exists()
+    assert not JobDependency.objects.exists()
+
+
+def _cycle():
+    graph = workflows.graph()
+    graph.add("tests.wf.add", key="a", depends_on=["c"])
+    graph.add("tests.wf.add", key="b", depends_on=["a"])
+    graph.add("tests.wf.add", key="c", depends_on=["b"])
+    return graph
+
+
+def _escape(text: str) -> str:
+    import re
+
+    return re.escape(text)
+
+
+def test_a_celery_canvas_becomes_the_same_durable_workflow():
+    canvas = celery_chain(
+        tasks.add.s(n=1),
+        celery_chord(
+            celery_group(tasks.add.s(n=2), tasks.add.s(n=3).set(priority=5)),
+            tasks.collect.s(),
+        ),
+    )
+    flow = enqueue(workflows.chain(canvas))
+    first, left, right, callback = _nodes(flow)
+    assert [job.task for job in (first, left, right, callback)] == [
+        "tests.wf.add",
+        "tests.wf.add",
+        "tests.wf.add",
+        "tests.wf.collect",
+    ]
+    assert right.priority == 5 and left.payload == {"n": 2}
+    edges = set(JobDependency.objects.values_list("dependant_id", "dependency_id", "condition"))
+    assert edges == {
+        (left.pk, first.pk, "success"),
+        (right.pk, first.pk, "success"),
+        (callback.pk, left.pk, "complete"),
+        (callback.pk, right.pk, "complete"),
+    }
+    assert first.status == S.QUEUED and {left.status, right.status, callback.status} == {S.WAITING}

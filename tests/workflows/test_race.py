@@ -1,0 +1,102 @@
+"""The last two members of a chord end at the same moment: the callback is released once.
+
+Two threads, each on its own database connection, record the ends of the last two members.
+A third connection holds the callback's row lock meanwhile, so both ends are written (and
+their edges marked done) before either may look at the callback: the tightest interleaving,
+where each sees the other's end uncommitted. The design (lock, then a new statement that
+sees every committed end) must release the callback exactly once.
+"""
+
+import logging
+import threading
+
+import pytest
+from django.db import connection, transaction
+
+from jobs import completer, outcome, services, workflows
+from jobs.models import Job, JobStatus
+from tests.processes import wait_until
+from tests.workflows.conftest import enqueue
+
+S = JobStatus
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _waiting_on_locks() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        )
+        return cursor.fetchone()[0]
+
+
+def _end(job: Job, errors: list) -> None:
+    try:
+        with transaction.atomic():
+            completer.finish(outcome.Decision(S.SUCCEEDED, result="1"), job)
+    except Exception as exc:  # noqa: BLE001 - reported by the test
+        errors.append(exc)
+    finally:
+        connection.close()
+
+
+def _hold_lock(job_id: int, locked: threading.Event, release: threading.Event) -> None:
+    try:
+        with transaction.atomic():
+            Job.objects.select_for_update().filter(pk=job_id).first()
+            locked.set()
+            release.wait(timeout=30)
+    finally:
+        connection.close()
+
+
+@pytest.mark.parametrize("rounds", [3])
+def test_two_last_members_racing_release_the_callback_exactly_once(rounds, caplog):
+    caplog.set_level(logging.INFO, logger="jobs")
+    for _ in range(rounds):
+        caplog.clear()
+        flow = enqueue(
+            workflows.chord(
+                [("tests.wf.add", {"n": 1}), ("tests.wf.add", {"n": 2})], ("tests.wf.collect", {})
+            )
+        )
+        first, second, callback = Job.objects.filter(workflow=flow).order_by("id")
+        claimed = [
+            services.job_claim(first.pk, worker="race/1"),
+            services.job_claim(second.pk, worker="race/2"),
+        ]
+        assert all(claimed)
+        locked, release = threading.Event(), threading.Event()
+        holder = threading.Thread(target=_hold_lock, args=(callback.pk, locked, release))
+        holder.start()
+        assert locked.wait(timeout=10)
+        errors: list = []
+        enders = [threading.Thread(target=_end, args=(job, errors)) for job in claimed]
+        for thread in enders:
+            thread.start()
+        # Both ends are written and both wait for the callback's lock: neither has committed.
+        wait_until(lambda: _waiting_on_locks() >= 2, timeout=10, message="both ends to wait")
+        release.set()
+        for thread in [holder, *enders]:
+            thread.join(timeout=30)
+        assert not errors
+        callback.refresh_from_db()
+        assert callback.status == S.QUEUED
+        assert [m["status"] for m in callback.payload["members"]] == ["succeeded"] * 2
+        released = [r for r in caplog.records if r.getMessage() == "workflow.released"]
+        assert len(released) == 1
+
+
+def test_without_a_race_the_last_end_releases_and_the_first_does_not():
+    flow = enqueue(
+        workflows.chord(
+            [("tests.wf.add", {"n": 1}), ("tests.wf.add", {"n": 2})], ("tests.wf.collect", {})
+        )
+    )
+    first, second, callback = Job.objects.filter(workflow=flow).order_by("id")
+    for job in (first, second):
+        claimed = services.job_claim(job.pk, worker="solo/1")
+        completer.finish(outcome.Decision(S.SUCCEEDED, result="1"), claimed)
+        callback.refresh_from_db()
+        assert callback.status == (S.QUEUED if job is second else S.WAITING)
