@@ -84,7 +84,7 @@ class Baseline:
         """Empty this baseline's queue and counters (its Redis database holds nothing else)."""
         with self.publisher.connection_for_write(self.redis_url) as conn:
             conn.default_channel.queue_purge(self.queue)
-        self.counter.delete(COUNTED, counting.LAST, counting.READY)
+        self.counter.delete(COUNTED, counting.FIRST, counting.LAST)
 
     def publish(self, n: int) -> None:
         """``send_task`` of ``n`` no-ops through one producer, as ``bench.raw_noop`` is sent.

@@ -28,10 +28,13 @@ rotates each round) of ``BENCH_JOBS`` (3,000) jobs or tasks per variant:
   baselines: a Redis stamp each task writes; Conveyor: the last ``finished_at``);
 * **drain** (``plain_django``, ``bare_celery``, ``raw_noop``, ``single``, ``batch_25``): the
   backlog is published (for Conveyor: enqueued and committed, so published on commit) while
-  no worker reads that queue, then a fresh worker is started. The clock runs from the
-  moment the worker is ready (``worker_ready``, stamped in Redis by ``bench.counting``) to
-  the end of the last task; ``startup_s`` is the start command to ready, and the ``cold``
-  ratios clock from the start command instead.
+  no worker reads that queue, then a fresh worker is started. The clock runs from the end
+  of the first task to the end of the last (raw and baselines: the Redis stamps each task
+  writes, ``bench.counting``; Conveyor: the first and last ``finished_at``, which are its
+  bodies' own times), the same for every variant: a worker takes messages before its
+  ``worker_ready`` handlers are done, so the ready signal is no common start. ``startup_s``
+  is the start command to the first task's end, and the ``cold`` ratios clock from the
+  start command instead.
 
 Ratios are taken per round against the same round's other variant. Also: the worker's CPU per
 job in the steady rounds, and the SQL statements of the worker's hot path, counted
@@ -138,10 +141,11 @@ def enqueue_noops(n: int, batch_size: int, task: str = "jobs.noop") -> None:
         services.enqueue_many(task, [{} for _ in range(n)])
 
 
-def wait_jobs(n: int) -> float:
-    """Wait for ``n`` jobs to have succeeded; return the last ``finished_at``; empty the table."""
+def wait_jobs(n: int, *, first: bool = False):
+    """Wait for ``n`` jobs to have succeeded; return the last ``finished_at`` (and the first,
+    if ``first``); empty the table."""
     from django.db import connection
-    from django.db.models import Max
+    from django.db.models import Max, Min
 
     from jobs.models import Job, JobStatus
 
@@ -150,12 +154,13 @@ def wait_jobs(n: int) -> float:
         if time.monotonic() > deadline:
             raise SystemExit(f"jobs: not all {n} succeeded in {TIMEOUT}s")
         time.sleep(0.02)
-    finished = Job.objects.aggregate(last=Max("finished_at"))["last"].timestamp()
+    ends = Job.objects.aggregate(first=Min("finished_at"), last=Max("finished_at"))
+    finished = ends["last"].timestamp()
     if Job.objects.exclude(status=JobStatus.SUCCEEDED).exists():
         raise SystemExit("jobs: some jobs did not succeed")
     with connection.cursor() as cursor:
         cursor.execute("TRUNCATE jobs_job CASCADE")
-    return finished
+    return (ends["first"].timestamp(), finished) if first else finished
 
 
 def run_conveyor(n: int, batch_size: int, task: str = "jobs.noop") -> float:
@@ -180,11 +185,11 @@ def stop_conveyor_worker(worker) -> None:
 
 
 def drain_conveyor(env: dict, name: str) -> tuple[float, float, float]:
-    """Publish or enqueue ``N``, then start a fresh Conveyor worker: (command, ready, last)."""
-    from bench.counting import READY, counter
+    """Publish or enqueue ``N``, then start a fresh Conveyor worker: (command, first, last)."""
+    from bench.counting import FIRST, LAST, counter
 
     harness.purge("default")
-    counter().delete(READY)
+    counter().delete(FIRST, LAST)
     if name == "raw_noop":
         publish_raw_noop(N)
     else:
@@ -192,26 +197,29 @@ def drain_conveyor(env: dict, name: str) -> tuple[float, float, float]:
     started = time.time()
     worker = harness.start_worker(env, concurrency=CONCURRENCY)
     try:
-        last = wait_counter("bench:raw_noop", N) if name == "raw_noop" else wait_jobs(N)
-        ready = float(counter().get(READY))
+        if name == "raw_noop":
+            last = wait_counter("bench:raw_noop", N)
+            first = float(counter().get(FIRST))
+        else:
+            first, last = wait_jobs(N, first=True)
     finally:
         stop_conveyor_worker(worker)
-    return started, ready, last
+    return started, first, last
 
 
 def drain_baseline(env: dict, baseline: baselines.Baseline) -> tuple[float, float, float]:
-    """Publish ``N``, then start a fresh worker of ``baseline``: (command, ready, last)."""
-    from bench.counting import READY
+    """Publish ``N``, then start a fresh worker of ``baseline``: (command, first, last)."""
+    from bench.counting import FIRST
 
     baseline.reset()
     baseline.publish(N)
     worker = baseline.start(env, concurrency=CONCURRENCY)
     try:
         last = wait_counter(baselines.COUNTED, N, baseline.counter)
-        ready = float(baseline.counter.get(READY))
+        first = float(baseline.counter.get(FIRST))
     finally:
         worker.stop()
-    return worker.started, ready, last
+    return worker.started, first, last
 
 
 def statements_per_job() -> dict:
@@ -287,21 +295,22 @@ def steady(env: dict, found: dict[str, baselines.Baseline]) -> tuple[dict, dict]
 
 
 def drain(env: dict, found: dict[str, baselines.Baseline]) -> tuple[dict, dict, dict]:
-    """The drain rounds, a fresh worker each: (jobs/s from ready, from command, startup s)."""
+    """The drain rounds, a fresh worker each: (jobs/s from the first job's end to the last's,
+    jobs/s from the start command, seconds from the command to the first job's end)."""
     rate: dict[str, list[float]] = {name: [] for name in DRAINED}
     cold: dict[str, list[float]] = {name: [] for name in DRAINED}
     startup: dict[str, list[float]] = {name: [] for name in DRAINED}
     for round_no in range(harness.ROUNDS):
         for name in harness.order(list(DRAINED), round_no):
             if name in found:
-                started, ready, last = drain_baseline(env, found[name])
+                started, first, last = drain_baseline(env, found[name])
             else:
-                started, ready, last = drain_conveyor(env, name)
-            rate[name].append(N / (last - ready))
+                started, first, last = drain_conveyor(env, name)
+            rate[name].append((N - 1) / (last - first))
             cold[name].append(N / (last - started))
-            startup[name].append(ready - started)
+            startup[name].append(first - started)
             print(
-                f"drain round {round_no + 1} {name}: {rate[name][-1]:.0f}/s from ready "
+                f"drain round {round_no + 1} {name}: {rate[name][-1]:.0f}/s first to last "
                 f"(start-up {startup[name][-1]:.2f} s)",
                 flush=True,
             )

@@ -15,6 +15,7 @@ limit, one transaction.
 """
 
 import json
+from collections import Counter
 from datetime import datetime
 from functools import partial
 
@@ -109,54 +110,76 @@ def succeed_many_and_claim(
 ) -> tuple[list[tuple[Job, bool]], list[Job]]:
     """Write a chunk's successes and claim up to ``count`` jobs for ``job_id``'s doorbell.
 
-    One statement on PostgreSQL; under ``plan``'s limits one transaction, the successes
-    first, so the claim's count sees their slots free. Return each success's run as it ended
-    with whether it succeeded (a cancel asked for meanwhile ends it cancelled; a run taken
-    away is left out), and the jobs claimed, best first.
+    One statement on PostgreSQL. Under ``plan``'s limits, or when a success is a workflow's
+    node (its dependants are released in the transaction of its end: jobs.workflows), one
+    transaction, the successes first, so a limited claim's count sees their slots free.
+    Return each success's run as it ended with whether it succeeded (a cancel asked for
+    meanwhile ends it cancelled; a run taken away is left out), and the jobs claimed, best
+    first.
     """
-    if plan is None:
+    if plan is None and not _any_workflow(successes):
         ended, claimed = statements.end_successes_and_claim(
             successes, job_id, task=task, worker=worker, count=count
         )
-        holds = None
-    else:
-        with transaction.atomic():
-            ended = statements.end_successes(successes)
+        return _settled(successes, ended, rings=True), claimed
+    with transaction.atomic():
+        ended = _end_successes(successes)
+        if plan is None:
+            holds = None
+            claimed = statements.claim_many(job_id, task=task, worker=worker, count=count)
+        else:
             claimed, holds = limiter.claim_reading_holds(
                 plan, job_id, task=task, worker=worker, count=count
             )
-            _ring_for_ended(successes, ended, holds)
-    return _settled(successes, ended, rings=plan is None), claimed
+        _ring_for([success.job for success in successes if success.job.pk in ended], holds)
+    return _settled(successes, ended, rings=False), claimed
 
 
 def succeed_many(successes: list[statements.Success]) -> list[tuple[Job, bool]]:
     """Write a chunk's successes with no claim after them (the message's last chunk)."""
     if not successes:
         return []
-    if connection.vendor == "postgresql":  # one statement
-        ended = statements.end_successes(successes)
-    else:  # one per success: in one transaction
-        with transaction.atomic():
-            ended = statements.end_successes(successes)
-    return _settled(successes, ended, rings=True)
+    if connection.vendor == "postgresql" and not _any_workflow(successes):  # one statement
+        return _settled(successes, statements.end_successes(successes), rings=True)
+    with transaction.atomic():  # one per success elsewhere; a workflow's release with them
+        ended = _end_successes(successes)
+        _ring_for([success.job for success in successes if success.job.pk in ended])
+    return _settled(successes, ended, rings=False)
 
 
-def _ring_for_ended(successes, ended: set[int], holds: limiter.Holds | None) -> None:
+def _any_workflow(successes) -> bool:
+    return any(success.job.workflow_id is not None for success in successes)
+
+
+def _end_successes(successes) -> set[int]:
+    """Write the successes in the caller's transaction; advance the workflows they end."""
+    ended = statements.end_successes(successes)
     for success in successes:
         if success.job.pk in ended:
-            _ring_if_limited(success.job, holds)
+            _succeeded(success)
+            _advance(success.job)
+    return ended
+
+
+def _succeeded(success: statements.Success) -> None:
+    """Make the in-memory job what its row became (its result is read again if needed)."""
+    job = success.job
+    job.status, job.locked_by, job.lease_expires_at = S.SUCCEEDED, "", None
+    job.started_at, job.finished_at = success.started_at, success.finished_at
 
 
 def _settled(successes, ended: set[int], *, rings: bool) -> list[tuple[Job, bool]]:
-    """The runs of ``successes`` as they ended: written, or cancelled meanwhile, or gone."""
+    """The runs of ``successes`` as they ended: written, or cancelled meanwhile, or gone.
+
+    ``rings``: a written end still has to ring for its limited task's next job.
+    """
     settled = []
+    if rings:
+        _ring_for([success.job for success in successes if success.job.pk in ended])
     for success in successes:
         job = success.job
         if job.pk in ended:
-            job.status, job.locked_by, job.lease_expires_at = S.SUCCEEDED, "", None
-            job.started_at, job.finished_at = success.started_at, success.finished_at
-            if rings:
-                _ring_if_limited(job)
+            _succeeded(success)
             settled.append((job, True))
             continue
         decision = Decision(S.SUCCEEDED, result=success.result)
@@ -205,7 +228,15 @@ def _advance(job: Job) -> None:
         advance(job)
 
 
-def _ring_if_limited(job: Job, holds: limiter.Holds | None = None) -> None:
+def _ring_for(jobs: list[Job], holds: limiter.Holds | None = None) -> None:
+    """Ring once per task and queue of the ended ``jobs``, for as many slots as they freed."""
+    freed = Counter((job.task, job.queue) for job in jobs)
+    first = {(job.task, job.queue): job for job in reversed(jobs)}
+    for key, job in first.items():
+        _ring_if_limited(job, holds, freed=freed[key])
+
+
+def _ring_if_limited(job: Job, holds: limiter.Holds | None = None, *, freed: int = 1) -> None:
     """A run of a limited queue or task ended: a slot is free, so ring for the next one now.
 
     Its held-back jobs' own doorbells were dropped while the slots were full; without this
@@ -213,21 +244,28 @@ def _ring_if_limited(job: Job, holds: limiter.Holds | None = None) -> None:
     (jobs.limiter.wake). A task's limit spans its queues: the task's best due job of every
     queue is rung for (jobs.queues.ring_task), not only the freed run's queue's. ``holds``:
     the marks a claim in the same transaction read under its lock after this end (a mark it
-    saw clear needs no wake).
+    saw clear needs no wake). ``freed``: how many runs of the task in this queue just ended
+    (a chunk's successes): as many doorbells go to the queue.
     """
     from project.celery import app
 
     known = holds is not None and holds.queue == job.queue
     limit = limits.limit_of(app.tasks.get(job.task))
     if limit is not None and limit.frees_slots and (not known or holds.task_held):
-        ring_one_per_queue = partial(ring_task, job.task)
-        transaction.on_commit(
-            lambda: limiter.wake(TaskState, job.task, ring_one_per_queue), robust=True
-        )
+        ring_freed = partial(_ring_task_freed, job.task, job.queue, freed)
+        transaction.on_commit(lambda: limiter.wake(TaskState, job.task, ring_freed), robust=True)
     queue_limits = conf.get().queue_concurrency
     if job.queue in queue_limits and (not known or holds.queue_held):
-        ring_best = partial(ring, job.queue, limit=1)
+        ring_best = partial(ring, job.queue, limit=freed)
         transaction.on_commit(lambda: limiter.wake(QueueState, job.queue, ring_best), robust=True)
+
+
+def _ring_task_freed(task: str, queue: str, freed: int) -> int:
+    """The best due job of ``task`` in each queue, and ``freed - 1`` more in ``queue``."""
+    rung = ring_task(task)
+    if freed > 1:
+        rung += ring(queue, task=task, limit=freed - 1)
+    return rung
 
 
 def _announce(job: Job, decision: Decision, *, actor: str = "system") -> None:

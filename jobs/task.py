@@ -145,9 +145,9 @@ class JobTask(Task):
             job.cancel_requested_at = timezone.now()  # seen by the lease keeper or a heartbeat
         try:
             decision = outcome.decide(event, job, self)
-            if decision.status == outcome.S.SUCCEEDED and job.workflow_id is None:
+            if decision.status == outcome.S.SUCCEEDED:
                 return job, decision.result  # written by the caller, with others (jobs.batches)
-            ended = completer.finish(decision, job)  # a workflow's node ends on its own
+            ended = completer.finish(decision, job)
         except DatabaseError:
             raise  # the database is away: the lease runs out and the reaper takes over
         except Exception as exc:  # the ending itself could not be recorded: say why, for good
