@@ -10,18 +10,20 @@ a cancel is written the moment its body ends (jobs.completer.finish), as on the 
 A chunk is as many jobs as this process expects to run in ``CHUNK_BUDGET``, from the recent
 run times of the task's bodies here (``chunk_size``): one at first and for slow work, the
 whole message for no-ops. That bounds what a chunk costs: a success waits for the rest of
-its chunk before it is written (about the budget, unless a body runs far longer than its
-task's recent ones did), and a claimed job waits in this process, its lease kept by the
-lease keeper, while the ones before it run.
-
-A job claimed but not started when its worker is killed is recovered as any run lost with
-its worker is (its attempt counted, as River and Oban count a fetched job's); on a warm
-shutdown the jobs not started are handed back at once (``worker_shutdown``: due now, no
-attempt spent) and the message's unused doorbells are rung again for its queue.
+its chunk before it is written, and a claimed job waits in this process while the ones
+before it run, both with their leases kept by the lease keeper. A chunk still running after
+``OVERRUN`` (a body far slower than its task's recent ones) writes its successes so far and
+gives the jobs it has not started back (``jobs.completer.hand_back``: queued again at once,
+their attempts given back), so a pause, a cancel, a limit's other claimants and idle workers
+see them again at once; a warm shutdown gives them back too, and rings the message's unused
+doorbells again for its queue. A job claimed but not started when its worker is killed is
+recovered as any run lost with its worker is (its attempt counted, as River and Oban count
+a fetched job's).
 
 Under a limit that counts only slots (a queue's, a task's ``concurrency``) a chunk is
-claimed under one lock; a rate, a key rule or fairness claims one job at a time
-(jobs.limiter).
+claimed under one lock, and only while the free slots are at least twice the chunk (else
+one job: a chunk must not take a nearly full limit's last slots to run them one after
+another); a rate, a key rule or fairness claims one job at a time (jobs.limiter).
 """
 
 import time
@@ -31,12 +33,14 @@ from dataclasses import dataclass
 from django.db import InterfaceError, OperationalError, connection
 from django.utils import timezone
 
-from jobs import completer, limiter, outcome, shutdown, statements
+from jobs import completer, limiter, shutdown, statements
 from jobs.lease import keeper
 from jobs.models import Job
 
 # How long, by its bodies' recent run times, a chunk is expected to run.
 CHUNK_BUDGET = 0.05
+# A chunk still running after this long gives the jobs it has not started back.
+OVERRUN = 2 * CHUNK_BUDGET
 # The weight of the newest body in a task's recent run time (an exponential average).
 SMOOTHING = 0.3
 _recent_seconds: dict[str, float] = {}  # task name -> recent run time of a body here
@@ -75,45 +79,80 @@ class Runner:
 
 def run(task: Runner, ids: list[int], *, worker: str, plan: limiter.Plan | None) -> None:
     """Run the message's ``ids`` doorbells (see the module doc)."""
-    wanted, successes = len(ids), []
+    wanted, ran = len(ids), _Ran()
     while wanted and not shutdown.requested():
         anchor = ids[len(ids) - wanted]  # a job the message names: its queue is the claim's
         count = chunk_size(task.name, wanted)
-        settled, claimed = _settle_and_claim(task, successes, anchor, count, plan, worker)
+        settled, claimed = _settle_and_claim(task, ran, anchor, count, plan, worker)
         _tell(task, settled)
-        wanted = wanted - count if len(claimed) == count else 0
-        successes = _run_chunk(task, claimed)
-    _tell(task, completer.succeed_many(successes))
+        wanted = wanted - len(claimed) if claimed else 0  # none: nothing runnable now
+        ran = _run_chunk(task, claimed)
+    _tell(task, ran.write())
     if wanted:  # a shutdown: leave the rest to other workers, at once
         _ring_again(ids[len(ids) - wanted], wanted)
 
 
-def _settle_and_claim(task: Runner, successes, anchor: int, count: int, plan, worker: str):
-    """Write ``successes`` and claim the next chunk; after a dropped connection (a database
-    restart) write them on a new one, then claim: neither is lost with it. (Had the drop come
-    after the commit, the chunk it claimed is left to its leases and the reaper.)"""
+class _Ran:
+    """A chunk's successes not yet written; their runs' leases are kept until they are."""
+
+    def __init__(self) -> None:
+        self.successes: list[statements.Success] = []
+        self.contexts: list = []
+
+    def add(self, success: statements.Success, ctx) -> None:
+        keeper().track(ctx)
+        self.successes.append(success)
+        self.contexts.append(ctx)
+
+    def written(self) -> None:
+        lease = keeper()
+        for ctx in self.contexts:
+            lease.untrack(ctx)
+        self.successes, self.contexts = [], []
+
+    def write(self) -> list[tuple[Job, bool]]:
+        """Write the successes on their own (no claim after them)."""
+        settled = completer.succeed_many(self.successes)
+        self.written()
+        return settled
+
+
+def _settle_and_claim(task: Runner, ran: _Ran, anchor: int, count: int, plan, worker: str):
+    """Write ``ran``'s successes and claim the next chunk; after a dropped connection (a
+    database restart) write them on a new one, then claim: neither is lost with it. (Had the
+    drop come after the commit, the chunk it claimed is left to its leases and the reaper.)"""
     try:
-        return completer.succeed_many_and_claim(
-            successes, anchor, count, plan=plan, task=task.name, worker=worker
+        settled, claimed = completer.succeed_many_and_claim(
+            ran.successes, anchor, count, plan=plan, task=task.name, worker=worker
         )
+        ran.written()
+        return settled, claimed
     except (OperationalError, InterfaceError):
         connection.close()
-        settled = completer.succeed_many(successes)
+        settled = ran.write()
         _, claimed = completer.succeed_many_and_claim(
             [], anchor, count, plan=plan, task=task.name, worker=worker
         )
         return settled, claimed
 
 
-def _run_chunk(task: Runner, claimed: list[Job]) -> list[statements.Success]:
-    """Run the chunk's bodies in order; return the successes, not yet written."""
+def _run_chunk(task: Runner, claimed: list[Job]) -> _Ran:
+    """Run the chunk's bodies in order; return the successes, not yet written.
+
+    A chunk that runs past twice its budget (a body far slower than its task's recent ones)
+    writes the successes so far and gives the jobs not started back at once, to be claimed
+    afresh: by then a pause, a cancel, a limit's other claimants or idle workers may want
+    them. A warm shutdown gives them back too.
+    """
     lease = keeper()
     contexts = [task.context(job) for job in claimed]
     for ctx in contexts:  # their leases are kept while they wait their turn
         lease.track(ctx)
-    successes = []
+    ran, began = _Ran(), time.monotonic()
     for position, ctx in enumerate(contexts):
-        if shutdown.requested():
+        overran = position and time.monotonic() - began > OVERRUN
+        if overran or shutdown.requested():
+            _tell(task, ran.write())
             _hand_back(contexts[position:])
             break
         if ctx.lost:  # taken away while it waited (the reaper, an operator)
@@ -123,19 +162,16 @@ def _run_chunk(task: Runner, claimed: list[Job]) -> list[statements.Success]:
         done = task.run_job(ctx.job, ctx)
         observe(task.name, time.monotonic() - clock)
         if done is not None:
-            successes.append(statements.Success(*done, started_at, timezone.now()))
-    return successes
+            ran.add(statements.Success(*done, started_at, timezone.now()), ctx)
+    return ran
 
 
 def _hand_back(contexts) -> None:
-    """End the runs of a chunk not started as ``worker_shutdown``: due now, no attempt spent."""
+    """Give the chunk's jobs not started back: queued at once, no attempt spent."""
     lease = keeper()
-    event = outcome.Event.lost(
-        outcome.Happened.WORKER_SHUTDOWN, "the worker shut down before the run started"
-    )
     for ctx in contexts:
         lease.untrack(ctx)
-        completer.finish(outcome.decide(event, ctx.job), ctx.job)
+    completer.hand_back([ctx.job for ctx in contexts if not ctx.lost])
 
 
 def _tell(task: Runner, settled: list[tuple[Job, bool]]) -> None:

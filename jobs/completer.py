@@ -189,6 +189,18 @@ def _settled(successes, ended: set[int], *, rings: bool) -> list[tuple[Job, bool
     return settled
 
 
+def hand_back(jobs: list[Job]) -> int:
+    """Give back claimed runs whose bodies never started (jobs.batches: a chunk that ran past
+    its budget, or a warm shutdown): queued again at once, their attempts given back, their
+    doorbells rung. Return how many were given back."""
+    given = statements.hand_back(jobs)
+    for job in given:
+        job.status, job.locked_by = S.QUEUED, ""
+    publish_on_commit(given)
+    _ring_for(given)
+    return len(given)
+
+
 def log_success(job: Job) -> None:
     """Log a success, if ``CONVEYOR_JOB_LOG_SUCCESS`` asks for it."""
     if conf.get().log_success:

@@ -102,7 +102,7 @@ def error_class_filter(queryset, text: str):
 def owned_by_filter(queryset, text: str):
     """Return ``queryset`` narrowed to the jobs of one owner row, ``kind:id``."""
     kind, _, raw_id = text.strip().partition(":")
-    if not raw_id.strip().isdigit() or int(raw_id) > MAX_ID:
+    if not (raw_id.strip().isascii() and raw_id.strip().isdigit()) or int(raw_id) > MAX_ID:
         raise IncorrectLookupParameters("an owner is kind:id, e.g. deployment:12")
     where = owners.jobs_of(kind.strip(), int(raw_id))
     if where is None:
@@ -195,6 +195,6 @@ class WorkflowFilter(TextFilter):
     placeholder = "12"
 
     def apply(self, queryset, value: str):
-        if not value.isdigit() or int(value) > MAX_ID:
+        if not (value.isascii() and value.isdigit()) or int(value) > MAX_ID:
             raise IncorrectLookupParameters("a workflow is its id, e.g. 12")
         return queryset.filter(workflow_id=int(value))

@@ -106,7 +106,7 @@ def _claim(plan: Plan, job_id: int, task: str, worker: str, only: int | None, co
         if free <= 0:
             _held(QueueState, queue)
             return [], holds
-        count = min(count, free)
+        count = chunk_within(count, free)
     # On PostgreSQL the pick counts the task's running rows itself (its statement comes
     # after the lock, so its snapshot sees every claim committed before); SQLite counts here.
     concurrency = limit.concurrency if limit is not None else None
@@ -116,7 +116,7 @@ def _claim(plan: Plan, job_id: int, task: str, worker: str, only: int | None, co
         if free <= 0:
             _held(TaskState, task)
             return [], holds
-        count = min(count, free)
+        count = chunk_within(count, free)
     # Stamped after the counts done so far, so a run that took a freed slot does not start,
     # on record, before the run that freed it ended. The counts in the pick's statement
     # (the task's on PostgreSQL, the keys') read a snapshot taken a moment after this
@@ -183,6 +183,12 @@ def _lock(job_id: int, task: str, *, exclusive_queue: bool):
     queue, paused, starts, queue_held, task_held = row
     starts = json.loads(starts) if isinstance(starts, str) else starts
     return queue, bool(paused), starts, Holds(queue, bool(queue_held), bool(task_held))
+
+
+def chunk_within(count: int, free: int) -> int:
+    """How many jobs a chunk claim of ``count`` takes with ``free`` slots left: all of them
+    while the free slots are at least twice that, else one (see jobs.batches)."""
+    return count if free >= 2 * count else min(1, free)
 
 
 def _held(model, name: str) -> None:
@@ -309,7 +315,10 @@ def _pick_sql(vendor: str, limit: Limit | None, only: bool, counted: bool) -> st
             "WHERE k.task = j.task AND k.key = j.limit_key)"
         )
         order = f"{least_recent} IS NOT NULL, {least_recent}, {order}"
-    count = "LEAST(%s, GREATEST(0, %s - (SELECT running FROM n)))" if counted else "%s"
+    count = "%s"
+    if counted:  # chunk_within(count, free slots), in SQL
+        free = "(%s - (SELECT running FROM n))"
+        count = f"CASE WHEN {free} >= 2 * %s THEN %s ELSE LEAST(1, GREATEST(0, {free})) END"
     pick = (
         f"SELECT j.id FROM {TABLE} j WHERE j.queue = %s AND j.task = %s "
         f"AND j.status IN ('{S.QUEUED}', '{S.RETRYING}') AND j.run_after <= %s "
@@ -355,7 +364,10 @@ def _pick_and_claim(
         params.append(limit.key_concurrency)
     if limit is not None and limit.key_rate:
         params.append(when(now))
-    params += [count, limit.concurrency] if counted else [count]
+    if counted:
+        params += [limit.concurrency, count, count, limit.concurrency]
+    else:
+        params.append(count)
     with connection.cursor() as cursor:
         cursor.execute(_pick_sql(connection.vendor, limit, only is not None, counted), params)
         rows = cursor.fetchall()

@@ -351,6 +351,28 @@ def end_successes_and_claim(
     return ended, in_claim_order(claimed)
 
 
+def hand_back(jobs: list[Job]) -> list[Job]:
+    """Give claimed runs whose bodies never started back: due as they were, the attempt
+    given back, no history entry (``queued`` again, or ``retrying`` if an attempt came
+    before). Fenced on the run's holder; return the jobs given back."""
+    if not jobs:
+        return []
+    now = timezone.now()
+    when = connection.ops.adapt_datetimefield_value
+    marks = ", ".join(["%s"] * len(jobs))
+    sql = (
+        f"UPDATE {TABLE} SET status = CASE WHEN attempts > 1 THEN '{S.RETRYING}' "
+        f"ELSE '{S.QUEUED}' END, attempts = attempts - 1, locked_by = '', "
+        "lease_expires_at = NULL, updated_at = %s, "
+        "started_at = CASE WHEN attempts > 1 THEN started_at END "
+        f"WHERE id IN ({marks}) AND locked_by = %s AND status = '{S.RUNNING}' RETURNING id"
+    )
+    by_id = {job.pk: job for job in jobs}
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [when(now), *by_id, jobs[0].locked_by])
+        return [by_id[row[0]] for row in cursor.fetchall()]
+
+
 def _succeeded(success: Success) -> Ending:
     return Ending(status=S.SUCCEEDED, result=success.result)
 

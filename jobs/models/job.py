@@ -33,7 +33,8 @@ S = JobStatus
 TRANSITIONS: dict[str, frozenset[str]] = {
     S.WAITING: frozenset({S.QUEUED, S.CANCELLED}),
     S.QUEUED: frozenset({S.RUNNING, S.CANCELLED}),
-    S.RUNNING: frozenset({S.SUCCEEDED, S.RETRYING, S.DEAD, S.CANCELLED}),
+    # running → queued: a claimed run handed back before its body started (jobs.batches)
+    S.RUNNING: frozenset({S.QUEUED, S.SUCCEEDED, S.RETRYING, S.DEAD, S.CANCELLED}),
     S.RETRYING: frozenset({S.RUNNING, S.CANCELLED}),
     S.SUCCEEDED: frozenset(),
     S.DEAD: frozenset({S.QUEUED}),

@@ -25,12 +25,14 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
 from jobs.schedules.cron import BadCron, Cron
+from jobs.services.enqueue import validate_payload
 from project import env
 
 SETTING = "CONVEYOR_SCHEDULES"
 DEFAULT_MISSED_CAP = 10
 MAX_MISSED_CAP = 1000
 MAX_NAME = 100
+MAX_QUEUE = 100  # a job's queue name
 KEYS = frozenset(
     {"name", "task", "cron", "every", "timezone", "payload", "queue", "priority", "missed",
      "missed_cap", "enabled"}
@@ -176,6 +178,10 @@ def resolve(spec: ScheduleSpec) -> Resolved:
     task, django_task = _task_name(spec.task, bad)
     if not isinstance(spec.payload, dict):
         raise bad(f"payload is a JSON object, not {spec.payload!r}")
+    try:
+        validate_payload(spec.payload)
+    except ValueError as exc:
+        raise bad(str(exc)) from None
     if "slot" in spec.payload:
         raise bad('payload cannot hold "slot": each job gets its slot time there')
     if (
@@ -193,6 +199,8 @@ def resolve(spec: ScheduleSpec) -> Resolved:
         raise bad(f"enabled is true or false, not {spec.enabled!r}")
     if spec.queue is not None and not isinstance(spec.queue, str):
         raise bad(f"queue is a string, not {spec.queue!r}")
+    if spec.queue is not None and len(spec.queue) > MAX_QUEUE:
+        raise bad(f"a queue name is at most {MAX_QUEUE} characters")
     return Resolved(
         name=spec.name,
         task=task,

@@ -108,7 +108,11 @@ class WorkflowAdmin(ConveyorModelAdmin):
 
     def _workflow(self, object_id) -> Workflow:
         raw = unquote(str(object_id))
-        workflow = Workflow.objects.filter(pk=int(raw)).first() if raw.isdigit() else None
+        workflow = (
+            Workflow.objects.filter(pk=int(raw)).first()
+            if raw.isascii() and raw.isdigit()
+            else None
+        )
         if workflow is None:
             raise Http404(f"workflow {raw} does not exist")
         return workflow

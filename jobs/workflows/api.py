@@ -107,7 +107,7 @@ def describe(workflow: Workflow, *, after: int | None = None, limit: int = DEFAU
     summary="One workflow: its status and its jobs with what each waits for",
 )
 def get_workflow(request: HttpRequest, workflow_id: int, page: Query[NodePage]):
-    require_scope(request, TokenScope.READ, action="workflow.view")
+    require_scope(request, TokenScope.ADMIN, action="workflow.view")
     return describe(_workflow(workflow_id), after=page.after, limit=page.limit)
 
 

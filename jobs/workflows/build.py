@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from celery import Task
-from django.db import connection
+from django.db import connection, transaction
 from django.utils import timezone
 
 from jobs import conf
@@ -192,7 +192,12 @@ class Graph:
         return node
 
     def enqueue(self) -> Workflow:
-        """Validate, then write the workflow in the caller's transaction; return it."""
+        """Validate, then write the workflow in the caller's transaction (one of its own
+        outside one: its rows, jobs and edges all appear together or not at all); return it."""
+        with transaction.atomic():
+            return self._write()
+
+    def _write(self) -> Workflow:
         order, deps = self._resolve()
         now = timezone.now()
         defaults: dict = {}  # a task's defaults, looked up once per enqueue

@@ -265,22 +265,31 @@ def _ran(job):
 
 
 @pytest.mark.django_db
-def test_a_chunk_under_a_slot_limit_takes_only_the_free_slots_and_marks_the_rest_held():
+def test_a_chunk_under_a_slot_limit_takes_a_chunk_only_while_the_limit_is_far_from_full():
     from jobs.models import TaskState
 
-    plan = limiter.Plan(limit=Limit(concurrency=3))
+    plan = limiter.Plan(limit=Limit(concurrency=12))
     assert (
         plan.takes_chunks and not limiter.Plan(limit=Limit(concurrency=3, fair=True)).takes_chunks
     )
-    jobs = [services.enqueue("jobs.noop", {}) for _ in range(6)]
+    jobs = [services.enqueue("jobs.noop", {}) for _ in range(14)]
     assert limiter.claim(plan, jobs[0].pk, task="jobs.noop", worker="w/1").pk == jobs[0].pk
-    claimed, holds = limiter.claim_reading_holds(
-        plan, jobs[0].pk, task="jobs.noop", worker="w/2", count=5
-    )
-    assert [job.pk for job in claimed] == [jobs[1].pk, jobs[2].pk]  # 3 slots, 1 taken
-    assert holds is not None and not holds.task_held  # read before this claim's refusal
-    assert Job.objects.filter(status=S.RUNNING).count() == 3
+
+    def chunk(worker: str):
+        claimed, holds = limiter.claim_reading_holds(
+            plan, jobs[0].pk, task="jobs.noop", worker=worker, count=5
+        )
+        return [job.pk for job in claimed], holds
+
+    assert chunk("w/2")[0] == [job.pk for job in jobs[1:6]]  # 11 free: room for two chunks
+    assert chunk("w/3")[0] == [jobs[6].pk]  # 6 free: one, the rest left to other workers
+    for worker in ("w/4", "w/5", "w/6", "w/7", "w/8"):
+        assert len(chunk(worker)[0]) == 1
+    taken, holds = chunk("w/9")
+    assert taken == [] and holds is not None  # full
+    assert Job.objects.filter(status=S.RUNNING).count() == 12
     assert TaskState.objects.get(name="jobs.noop").held_at is not None  # a slot will ring
+    assert [limiter.chunk_within(5, free) for free in (0, 1, 9, 10, 50)] == [0, 1, 1, 5, 5]
 
 
 @pytest.mark.django_db

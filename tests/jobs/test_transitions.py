@@ -33,7 +33,7 @@ def test_naming_an_illegal_source_raises():
 
 def test_a_target_nothing_reaches_raises():
     with pytest.raises(IllegalTransition):
-        transition(Q(pk=1), S.QUEUED, from_=[S.RUNNING])
+        transition(Q(pk=1), S.QUEUED, from_=[S.SUCCEEDED])
 
 
 @pytest.mark.django_db

@@ -83,6 +83,8 @@ def test_a_bad_schedule_stops_start_up_in_one_line_naming_it(worker_env):
         ({"every": "5s", "missed": "some"}, "schedule 'x': missed is one of skip, last, all"),
         ({"every": "5s", "payload": {"slot": 1}}, "schedule 'x': payload cannot hold \"slot\""),
         ({"every": "5s", "priority": 101}, "schedule 'x': priority is an integer from -100"),
+        ({"every": "5s", "queue": "q" * 101}, "schedule 'x': a queue name is at most 100"),
+        ({"every": "5s", "payload": {"x": "\x00"}}, "schedule 'x': a job's payload cannot hold"),
     ],
 )
 def test_other_bad_declarations_are_refused_naming_the_schedule(options, message):

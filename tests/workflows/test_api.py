@@ -27,7 +27,7 @@ def _person(*codenames: str) -> User:
 def test_a_workflow_reads_with_its_nodes_and_what_each_waits_for():
     flow = enqueue(workflows.chord(["tests.wf.add", "tests.wf.add"], "tests.wf.collect"), name="c")
     first, second, callback = Job.objects.filter(workflow=flow).order_by("id")
-    response = _api("read").get(f"/workflows/{flow.pk}")
+    response = _api("admin").get(f"/workflows/{flow.pk}")
     assert response.status_code == 200, response.content
     body = response.json()
     assert (body["id"], body["name"], body["status"]) == (flow.pk, "c", "running")
@@ -37,19 +37,20 @@ def test_a_workflow_reads_with_its_nodes_and_what_each_waits_for():
         (second.pk, "tests.wf.add", "queued", []),
         (callback.pk, "tests.wf.collect", "waiting", [first.pk, second.pk]),
     ]
-    page = _api("read").get(f"/workflows/{flow.pk}", limit=2).json()
+    page = _api("admin").get(f"/workflows/{flow.pk}", limit=2).json()
     assert len(page["nodes"]) == 2 and page["next_after"] == second.pk
-    rest = _api("read").get(f"/workflows/{flow.pk}", after=second.pk).json()
+    rest = _api("admin").get(f"/workflows/{flow.pk}", after=second.pk).json()
     assert [n["job_id"] for n in rest["nodes"]] == [callback.pk] and rest["next_after"] is None
 
 
 def test_a_person_needs_view_job_and_an_unknown_workflow_is_a_404():
     flow = enqueue(workflows.chain("tests.wf.add", "tests.wf.add"))
-    assert_error(_api("read", _person()).get(f"/workflows/{flow.pk}"), 403, "forbidden")
-    assert _api("read", _person("view_job")).get(f"/workflows/{flow.pk}").status_code == 200
-    assert_error(_api("read").get("/workflows/999999"), 404, "not_found")
-    assert_error(_api("read").get("/workflows/nope"), 404)
-    assert_error(_api("read").get(f"/workflows/{flow.pk}", limit=0), 422)
+    assert_error(_api("read").get(f"/workflows/{flow.pk}"), 403, "forbidden")  # a project's
+    assert_error(_api("admin", _person()).get(f"/workflows/{flow.pk}"), 403, "forbidden")
+    assert _api("admin", _person("view_job")).get(f"/workflows/{flow.pk}").status_code == 200
+    assert_error(_api("admin").get("/workflows/999999"), 404, "not_found")
+    assert_error(_api("admin").get("/workflows/nope"), 404)
+    assert_error(_api("admin").get(f"/workflows/{flow.pk}", limit=0), 422)
 
 
 def test_cancel_needs_admin_scope_and_cancel_job():
