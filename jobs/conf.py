@@ -14,7 +14,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
-from project.env import at_least
+from project.env import at_least, format_duration
 
 
 @dataclass(frozen=True)
@@ -91,4 +91,13 @@ def validate() -> None:
     if conf.retry_backoff_max > SCHEDULE_HORIZON_SECONDS:
         raise ImproperlyConfigured(
             f"CONVEYOR_RETRY_BACKOFF_MAX must be at most {SCHEDULE_HORIZON_SECONDS}s"
+        )
+    # Beat's schedules entry must fire well within the grace, or every slot looks missed.
+    tick, grace = settings.CONVEYOR_SCHEDULE_TICK, settings.CONVEYOR_SCHEDULE_GRACE
+    at_least("CONVEYOR_SCHEDULE_TICK", tick, timedelta(seconds=1))
+    if grace < 2 * tick:
+        raise ImproperlyConfigured(
+            f"CONVEYOR_SCHEDULE_TICK: {format_duration(tick)!r} is too long for "
+            f"CONVEYOR_SCHEDULE_GRACE ({format_duration(grace)}): the grace must be at least "
+            "twice the tick, or a slot is seen late enough to count as missed"
         )

@@ -146,7 +146,11 @@ def schedule_run_now(*, name: str, actor: str) -> ScheduleRun:
     """Enqueue one job of ``name`` now, outside its slots (audited); return its run."""
     row = _locked(name)
     now = timezone.now()
-    extra = {"slot": None, "run_now": True, "requested_by": actor}
+    # A django.tasks function gets the payload as keyword arguments: only the slot it is
+    # documented to take (None: a run outside the slots); the run's record says who asked.
+    extra = {"slot": None}
+    if not row.django_task:
+        extra.update(run_now=True, requested_by=actor)
     job = enqueue_job(row, extra, run_after=now)
     run = ScheduleRun.objects.create(
         schedule=row,

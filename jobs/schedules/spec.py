@@ -27,6 +27,7 @@ from django.core.exceptions import ImproperlyConfigured
 from jobs.schedules.cron import BadCron, Cron
 from jobs.services.enqueue import validate_payload
 from project import env
+from project.celery import is_declared
 
 SETTING = "CONVEYOR_SCHEDULES"
 DEFAULT_MISSED_CAP = 10
@@ -201,6 +202,11 @@ def resolve(spec: ScheduleSpec) -> Resolved:
         raise bad(f"queue is a string, not {spec.queue!r}")
     if spec.queue is not None and len(spec.queue) > MAX_QUEUE:
         raise bad(f"a queue name is at most {MAX_QUEUE} characters")
+    if spec.queue and not is_declared(spec.queue):  # no worker would ever take its jobs
+        raise bad(
+            f"queue {spec.queue!r} is not declared: use one of Conveyor's queues, or add it "
+            "to TASKS[...]['QUEUES'] (docs/jobs.md)"
+        )
     return Resolved(
         name=spec.name,
         task=task,
@@ -237,6 +243,7 @@ def _task_name(task, bad) -> tuple[str, bool]:
     from django.tasks import Task
     from django.utils.module_loading import import_string
 
+    from jobs.task import JobTask
     from project.celery import app
 
     if isinstance(task, Task):
@@ -245,6 +252,8 @@ def _task_name(task, bad) -> tuple[str, bool]:
     if not isinstance(name, str) or not name:
         raise bad(f"task is a task name, not {task!r}")
     if name in app.tasks:
+        if not isinstance(app.tasks[name], JobTask):
+            raise bad(f"task {name!r} is a plain Celery task: a schedule runs a JobTask")
         return name, False
     try:
         found = import_string(name) if "." in name else None

@@ -60,6 +60,7 @@ def _task_defaults(
     task: Task | str,
 ) -> tuple[str, str | None, int | None, Unique | None, Limit | None]:
     """Return (name, queue, declared max attempts, unique rule, limit) of a task or name."""
+    from jobs.task import JobTask
     from project.celery import app
 
     name = task if isinstance(task, str) else task.name
@@ -71,6 +72,11 @@ def _task_defaults(
         raise ValueError(
             f"unknown task {name!r}: it is not registered with Celery (define it in the "
             "tasks.py of an app in INSTALLED_APPS)"
+        )
+    if not isinstance(registered, JobTask):  # it would be called with a job id it can't take
+        raise ValueError(
+            f"task {name!r} is a plain Celery task: a job's task is a JobTask "
+            "(@shared_task(base=JobTask)) or a django.tasks task"
         )
     queue = getattr(registered, "queue", None)
     if queue is None:  # the task's route (CELERY_TASK_ROUTES), else the default queue

@@ -114,7 +114,7 @@ def get_workflow(request: HttpRequest, workflow_id: int, page: Query[NodePage]):
 @router.post(
     "/workflows/{int:workflow_id}/cancel",
     response={202: WorkflowOut},
-    summary="Cancel a workflow: its jobs not yet finished (running ones are asked to stop)",
+    summary="Cancel a workflow's unfinished jobs (running ones are asked; 409: all ended)",
 )
 def cancel_workflow(request: HttpRequest, workflow_id: int):
     require_scope(request, TokenScope.ADMIN, action="workflow.cancel")

@@ -18,7 +18,7 @@ payload is one dict), ``link``/``link_error`` callbacks (use a chord's ``when`` 
 and tasks that are not registered.
 """
 
-from celery.canvas import Signature, _chain, _chord, chunks, group
+from celery.canvas import Signature, _chain, _chord, chunks, group, xmap, xstarmap
 
 from jobs.workflows.errors import WorkflowError
 
@@ -35,7 +35,8 @@ def from_canvas(signature) -> tuple:
     ``("step", task, payload, options)``, ``("chain", [trees])``, ``("group", [trees])`` or
     ``("chord", [member trees], callback tree)``; refuse what has no clean mapping.
     """
-    if isinstance(signature, chunks) or signature.get("subtask_type") in ("xmap", "xstarmap"):
+    mapped = signature.get("subtask_type") in ("xmap", "xstarmap")
+    if isinstance(signature, chunks | xmap | xstarmap) or mapped:
         raise WorkflowError(f"{signature!r}: chunks, map and starmap are not supported")
     if isinstance(signature, _chord):
         members = [from_canvas(member) for member in signature.tasks]

@@ -4,7 +4,7 @@ from django.db import transaction
 from django.db.models import Count, Q
 from django.utils import timezone
 
-from jobs.errors import JobNotFound
+from jobs.errors import IllegalTransition, JobNotFound
 from jobs.models import (
     FINISHED,
     PENDING,
@@ -74,9 +74,6 @@ def workflow_cancel(workflow_id: int, *, actor: str) -> Workflow:
         if workflow is None:
             raise WorkflowNotFound(f"workflow {workflow_id} does not exist")
         now = timezone.now()
-        if workflow.cancelled_at is None:
-            workflow.cancelled_at = now
-            workflow.save(update_fields=["cancelled_at"])
         where = {"workflow_id": workflow_id}
         cancelled = transition(
             Q(**where),
@@ -89,6 +86,13 @@ def workflow_cancel(workflow_id: int, *, actor: str) -> Workflow:
             Job.objects.filter(status=S.RUNNING, cancel_requested_at__isnull=True, **where),
             {"cancel_requested_at": now, "updated_at": now},
         )
+        if not cancelled and not asked:  # every node has ended: nothing to cancel
+            raise IllegalTransition(
+                f"workflow {workflow_id} has nothing left to cancel: every job of it has ended"
+            )
+        if workflow.cancelled_at is None:
+            workflow.cancelled_at = now
+            workflow.save(update_fields=["cancelled_at"])
         # Every node not running is cancelled now: their edges are done, nothing is left
         # waiting to release (one UPDATE, not one advance per node).
         JobDependency.objects.filter(workflow_id=workflow_id, done=False).exclude(

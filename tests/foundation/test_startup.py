@@ -17,6 +17,7 @@ BAD_SETTINGS = [
     ("CONVEYOR_WEBHOOK_RETENTION", "10m", "is too short (expected at least 1h)"),
     ("CONVEYOR_MAINTENANCE_RETENTION", "2h", "is too short (expected at least 1d)"),
     ("CONVEYOR_SHUTDOWN_GRACE", "soon", "is not a duration"),
+    ("CONVEYOR_SCHEDULE_TICK", "2h", "is too long for CONVEYOR_SCHEDULE_GRACE (1m)"),
 ]
 ENTRY_POINTS = {
     "manage.py": [PYTHON, "manage.py", "migrate", "--noinput"],

@@ -20,6 +20,13 @@ def test_an_unknown_task_is_refused():
 
 
 @pytest.mark.django_db
+def test_a_plain_celery_task_is_refused():
+    with pytest.raises(ValueError, match="'maintenance.reap_jobs' is a plain Celery task"):
+        services.enqueue("maintenance.reap_jobs", {})
+    assert Job.objects.count() == 0
+
+
+@pytest.mark.django_db
 @pytest.mark.parametrize(
     "payload",
     [{"name": "a\x00b"}, {"a\x00": 1}, {"deep": [{"list": ["ok", "\x00"]}]}],

@@ -85,11 +85,16 @@ def test_a_bad_schedule_stops_start_up_in_one_line_naming_it(worker_env):
         ({"every": "5s", "priority": 101}, "schedule 'x': priority is an integer from -100"),
         ({"every": "5s", "queue": "q" * 101}, "schedule 'x': a queue name is at most 100"),
         ({"every": "5s", "payload": {"x": "\x00"}}, "schedule 'x': a job's payload cannot hold"),
+        ({"every": "5s", "queue": "billing"}, "schedule 'x': queue 'billing' is not declared"),
+        (
+            {"every": "5s", "task": "maintenance.reap_jobs"},
+            "schedule 'x': task 'maintenance.reap_jobs' is a plain Celery task",
+        ),
     ],
 )
 def test_other_bad_declarations_are_refused_naming_the_schedule(options, message):
     with pytest.raises(ImproperlyConfigured) as refused:
-        resolve(ScheduleSpec(name="x", task="jobs.noop", **options))
+        resolve(ScheduleSpec(name="x", **{"task": "jobs.noop", **options}))
     assert str(refused.value).startswith(message)
 
 

@@ -65,3 +65,5 @@ def test_cancel_needs_admin_scope_and_cancel_job():
         JobStatus.CANCELLED
     }
     assert_error(_api("admin").post("/workflows/999999/cancel"), 404, "not_found")
+    # every job has ended now: nothing to cancel, and its status stays what its jobs say
+    assert_error(_api("admin").post(f"/workflows/{flow.pk}/cancel"), 409, "conflict")

@@ -112,6 +112,11 @@ def test_cancelling_a_workflow_cancels_what_has_not_finished():
         ),
         (lambda: workflows.group(*["tests.wf.add"] * 4), "more than CONVEYOR_WORKFLOW_MAX_NODES"),
         (lambda: workflows.chain(tasks.add.s(1)), "positional arguments are not supported"),
+        (
+            lambda: workflows.chain("tests.wf.add", "maintenance.reap_jobs"),
+            "node '#1': task 'maintenance.reap_jobs' is a plain Celery task",
+        ),
+        (lambda: workflows.chain(tasks.add.map([{}])), "chunks, map and starmap"),
     ],
 )
 @override_settings(CONVEYOR_WORKFLOW_MAX_NODES=3)
