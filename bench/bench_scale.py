@@ -76,7 +76,7 @@ BUILD_JOBS = """
 INSERT INTO jobs_job (task, queue, payload, status, priority, attempts, max_attempts,
     run_after, lease_expires_at, locked_by, cancel_requested_at, idempotency_key, last_error,
     reason, attempts_history, result, published_at, publish_count, created_at, updated_at,
-    started_at, finished_at, unique_states)
+    started_at, finished_at, unique_states, limit_key)
 SELECT (%(tasks)s::text[])[1 + g %% 8], (%(queues)s::text[])[1 + (g / 8) %% 4],
     jsonb_build_object('n', g),
     kind, 0, CASE kind WHEN 'dead' THEN 3 WHEN 'retrying' THEN 1 WHEN 'queued' THEN 0 ELSE 1 END,
@@ -102,7 +102,7 @@ SELECT (%(tasks)s::text[])[1 + g %% 8], (%(queues)s::text[])[1 + (g / 8) %% 4],
     CASE WHEN kind IN ('queued', 'retrying') THEN 5 ELSE 0 END,
     ended - interval '3 seconds', ended,
     CASE WHEN kind IN ('succeeded', 'dead') THEN ended - interval '1 second' END,
-    CASE WHEN kind IN ('succeeded', 'dead') THEN ended END, ''
+    CASE WHEN kind IN ('succeeded', 'dead') THEN ended END, '', ''
 FROM (
     SELECT g,
         CASE WHEN g %% 100 < 2 THEN 'dead' WHEN g %% 100 < 7 THEN 'queued'
@@ -116,10 +116,10 @@ FROM (
 BUILD_RUNNING = """
 INSERT INTO jobs_job (task, queue, payload, status, priority, attempts, max_attempts,
     run_after, lease_expires_at, locked_by, last_error, reason, attempts_history,
-    publish_count, created_at, updated_at, started_at, unique_states)
+    publish_count, created_at, updated_at, started_at, unique_states, limit_key)
 SELECT (%(tasks)s::text[])[1 + g %% 8], 'default', '{}'::jsonb, 'running', 0, 1, 3, now(),
     now() + interval '1 hour', 'scale@host:1/' || g, '', '', '[]'::jsonb, 0,
-    now(), now(), now(), ''
+    now(), now(), now(), '', ''
 FROM generate_series(1, %(rows)s) AS g
 """
 

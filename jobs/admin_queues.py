@@ -9,21 +9,12 @@ from django.utils import timezone
 
 from jobs import conf, limits, queues, task_states
 from jobs.models import QueueState, TaskState
-from project.admin_base import ConveyorModelAdmin
+from project.admin_base import ReadOnlyModelAdmin
 from project.admin_permissions import permission_check
 
 
-class PausableAdmin(ConveyorModelAdmin):
+class PausableAdmin(ReadOnlyModelAdmin):
     """A read-only list of state rows whose actions pause and resume them."""
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
 
     @admin.display(boolean=True, description="paused")
     def paused(self, state) -> bool:

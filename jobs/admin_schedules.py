@@ -13,7 +13,7 @@ from django.utils.html import format_html, format_html_join
 from jobs.models import Schedule
 from jobs.schedules import selectors, services
 from jobs.schedules.slots import next_slots
-from project.admin_base import ConveyorModelAdmin
+from project.admin_base import ReadOnlyModelAdmin
 from project.admin_permissions import permission_check
 from project.timing import seconds_between
 
@@ -22,7 +22,7 @@ RUNS_SHOWN = 3
 
 
 @admin.register(Schedule)
-class ScheduleAdmin(ConveyorModelAdmin):
+class ScheduleAdmin(ReadOnlyModelAdmin):
     list_display = ("name", "task", "when", "state", "next_slots", "last_runs", "missed_policy")
     list_per_page = 50
     search_fields = ("name", "task")
@@ -31,15 +31,6 @@ class ScheduleAdmin(ConveyorModelAdmin):
 
     has_pause_schedule_permission = permission_check("pause_schedule")
     has_run_schedule_permission = permission_check("run_schedule")
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
 
     @admin.display(description="state")
     def state(self, row: Schedule) -> str:

@@ -315,17 +315,25 @@ def end(job: Job, ending: Ending) -> Job | None:
     return job_from_row(row) if row else None
 
 
+def _end_returning_id(job: Job, ending: Ending) -> bool:
+    """``end`` that reads nothing back: whether the run was ended."""
+    params = _end_params(job, ending, timezone.now())
+    with connection.cursor() as cursor:
+        cursor.execute(f"{_end_sql(connection.vendor)} RETURNING id", params)
+        return cursor.fetchone() is not None
+
+
 def end_successes(successes: list[Success]) -> set[int]:
     """Write the successes of a chunk's runs; return the ids of the runs ended.
 
     A run missing from the answer is no longer its job's, or a cancel was asked for
-    meanwhile (jobs.completer then ends it cancelled). One UPDATE on PostgreSQL; one per run
-    elsewhere (SQLite keeps the claim's start time).
+    meanwhile (jobs.completer then ends it cancelled). One UPDATE over arrays on PostgreSQL;
+    a single success, or any on SQLite, by ``_END`` (which keeps the claim's start time).
     """
     if not successes:
         return set()
-    if connection.vendor != "postgresql":
-        return {s.job.pk for s in successes if end(s.job, _succeeded(s)) is not None}
+    if len(successes) == 1 or connection.vendor != "postgresql":  # scalars bind faster
+        return {s.job.pk for s in successes if _end_returning_id(s.job, _succeeded(s))}
     with connection.cursor() as cursor:
         cursor.execute(_successes_sql(), _successes_params(successes, timezone.now()))
         return {row[0] for row in cursor.fetchall()}

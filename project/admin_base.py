@@ -182,3 +182,17 @@ class ConveyorModelAdmin(ConveyorAdminMixin, admin.ModelAdmin):
             show.admin_order_field = name
             setattr(self, column, show)
         return column
+
+
+class ReadOnlyModelAdmin(ConveyorModelAdmin):
+    """A page of rows nobody adds, edits or deletes here (state, schedules, workflows):
+    what changes them are its actions, each with its own permission."""
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False

@@ -19,12 +19,12 @@ from jobs.models import Workflow
 from jobs.workflows.drawing import svg
 from jobs.workflows.state import counts_of, nodes_of, status_of, workflow_cancel
 from project.access.permissions import allowed
-from project.admin_base import ConveyorModelAdmin
+from project.admin_base import ReadOnlyModelAdmin
 from project.timing import seconds_between
 
 
 @admin.register(Workflow)
-class WorkflowAdmin(ConveyorModelAdmin):
+class WorkflowAdmin(ReadOnlyModelAdmin):
     list_display = ("id", "name", "failure_rule", "node_count", "jobs_link", "created_at")
     list_filter = ("failure_rule",)
     search_fields = ("=id", "name")
@@ -37,15 +37,6 @@ class WorkflowAdmin(ConveyorModelAdmin):
 
     def has_module_permission(self, request) -> bool:
         return allowed(request.user, "workflow.view")
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
 
     @admin.display(description="jobs")
     def jobs_link(self, workflow: Workflow):
