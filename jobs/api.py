@@ -236,7 +236,7 @@ def _pause_action(request: HttpRequest, name: str, action, permission: str) -> d
 @router.post(
     "/queues/{name}/pause",
     response=QueueStateOut,
-    summary="Pause a queue: once this answers, none of its jobs starts; running ones finish",
+    summary="Pause a queue: once this answers, none of its jobs is claimed; running ones finish",
 )
 def pause_queue(request: HttpRequest, name: str):
     return _pause_action(request, name, queues.pause, "queue.pause")
@@ -290,7 +290,7 @@ def list_tasks(request: HttpRequest):
 @router.post(
     "/tasks/{name}/pause",
     response=TaskStateOut,
-    summary="Pause a task in every queue: once this answers, none of its jobs starts",
+    summary="Pause a task in every queue: once this answers, none of its jobs is claimed",
 )
 def pause_task(request: HttpRequest, name: str):
     return _pause_action(request, name, task_states.pause, "task.pause")
