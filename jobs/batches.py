@@ -80,14 +80,18 @@ class Runner:
 def run(task: Runner, ids: list[int], *, worker: str, plan: limiter.Plan | None) -> None:
     """Run the message's ``ids`` doorbells (see the module doc)."""
     wanted, ran = len(ids), _Ran()
-    while wanted and not shutdown.requested():
-        anchor = ids[len(ids) - wanted]  # a job the message names: its queue is the claim's
-        count = chunk_size(task.name, wanted)
-        settled, claimed = _settle_and_claim(task, ran, anchor, count, plan, worker)
-        _tell(task, settled)
-        wanted = wanted - len(claimed) if claimed else 0  # none: nothing runnable now
-        ran = _run_chunk(task, claimed)
-    _tell(task, ran.write())
+    try:
+        while wanted and not shutdown.requested():
+            anchor = ids[len(ids) - wanted]  # a job the message names: its queue's the claim's
+            count = chunk_size(task.name, wanted)
+            settled, claimed = _settle_and_claim(task, ran, anchor, count, plan, worker)
+            _tell(task, settled)
+            wanted = wanted - len(claimed) if claimed else 0  # none: nothing runnable now
+            ran = _run_chunk(task, claimed)
+        _tell(task, ran.write())
+    except BaseException:  # the database went away: the unwritten runs are the reaper's
+        ran.written()
+        raise
     if wanted:  # a shutdown: leave the rest to other workers, at once
         _ring_again(ids[len(ids) - wanted], wanted)
 
@@ -149,6 +153,17 @@ def _run_chunk(task: Runner, claimed: list[Job]) -> _Ran:
     for ctx in contexts:  # their leases are kept while they wait their turn
         lease.track(ctx)
     ran, began = _Ran(), time.monotonic()
+    try:
+        _run_in_turn(task, contexts, ran, began)
+    except BaseException:  # the database went away mid-chunk: its runs are the reaper's now
+        for ctx in contexts + ran.contexts:
+            lease.untrack(ctx)
+        raise
+    return ran
+
+
+def _run_in_turn(task: Runner, contexts: list, ran: "_Ran", began: float) -> None:
+    lease = keeper()
     for position, ctx in enumerate(contexts):
         overran = position and time.monotonic() - began > OVERRUN
         if overran or shutdown.requested():
@@ -163,7 +178,6 @@ def _run_chunk(task: Runner, claimed: list[Job]) -> _Ran:
         observe(task.name, time.monotonic() - clock)
         if done is not None:
             ran.add(statements.Success(*done, started_at, timezone.now()), ctx)
-    return ran
 
 
 def _hand_back(contexts) -> None:
