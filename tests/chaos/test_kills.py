@@ -21,7 +21,8 @@ WORKER_KILLS = 4
 
 def test_kill_9_pool_children_and_workers(chaos, receiver, tmp_path, summary):
     workers = [chaos(), chaos()]
-    load = start_load(jobs=JOBS, deployments=4, receiver=receiver, tmp_path=tmp_path, sleep=0.004)
+    # Bodies long enough that the load outlasts the faults: chunks run quick jobs fast.
+    load = start_load(jobs=JOBS, deployments=4, receiver=receiver, tmp_path=tmp_path, sleep=0.015)
     rng = random.Random(20261201)
     children = whole = 0
     while unfinished(load) and (children < CHILD_KILLS or whole < WORKER_KILLS):
