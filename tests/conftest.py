@@ -8,7 +8,7 @@ from django.conf import settings
 
 import tests.jobtasks  # noqa: F401 - registers the test tasks in this process too
 from deployments.models import Pipeline, Project, Step
-from tests.processes import Worker
+from tests.processes import Beat, Worker
 
 ALL_QUEUES = "default,deployments,webhooks,maintenance"
 
@@ -112,3 +112,18 @@ def deploy_worker(start_worker):
         )
 
     return start
+
+
+@pytest.fixture
+def start_beat(worker_env):
+    """Start real ``celery beat`` processes on the test database; stop them after the test."""
+    started: list[Beat] = []
+
+    def start(env: dict | None = None) -> Beat:
+        beat = Beat({**worker_env, **(env or {})})
+        started.append(beat)
+        return beat
+
+    yield start
+    for beat in started:
+        beat.stop()

@@ -16,7 +16,7 @@ from jobs import services
 from jobs.models import Job, JobStatus, MaintenanceRun, Notification
 from tests.deployments.conftest import run_git
 from tests.deployments.test_maintenance import checkout
-from tests.processes import Beat, free_port, wait_until
+from tests.processes import free_port, wait_until
 from tests.webhooks.conftest import WORKER_ENV as WEBHOOK_ENV
 from webhooks import services as webhook_services
 from webhooks.models import Delivery, DeliveryStatus
@@ -32,20 +32,6 @@ def with_host_rounds(settings, queues: str) -> str:
     consumes only its host's queue, not ``deployments``, so the checkouts run no deployment.
     """
     return f"{queues},deployments.host.{settings.CONVEYOR_DEPLOYER_HOST}"
-
-
-@pytest.fixture
-def start_beat(worker_env):
-    started: list[Beat] = []
-
-    def start(env: dict | None = None) -> Beat:
-        beat = Beat({**worker_env, **(env or {})})
-        started.append(beat)
-        return beat
-
-    yield start
-    for beat in started:
-        beat.stop()
 
 
 def schedule(task: str, seconds: int) -> None:

@@ -2,30 +2,13 @@
 
 from datetime import datetime, timedelta
 
-import pytest
-
 from jobs.maintenance.schedule import schedule_install
 from jobs.models import Job
 from jobs.schedules.services import schedules_install
 from jobs.schedules.spec import ScheduleSpec, resolve
 from tests.browser.conftest import admin_page, page  # noqa: F401 - the browser fixtures
-from tests.processes import Beat
 
 TICK = "maintenance.fire_schedules"
-
-
-@pytest.fixture
-def start_beat(worker_env):
-    started: list[Beat] = []
-
-    def start(env: dict | None = None) -> Beat:
-        beat = Beat({**worker_env, **(env or {})})
-        started.append(beat)
-        return beat
-
-    yield start
-    for beat in started:
-        beat.stop()
 
 
 def install(*specs: ScheduleSpec, now: datetime | None = None) -> None:
