@@ -110,9 +110,10 @@ def succeed_many_and_claim(
 ) -> tuple[list[tuple[Job, bool]], list[Job]]:
     """Write a chunk's successes and claim up to ``count`` jobs for ``job_id``'s doorbell.
 
-    One statement on PostgreSQL. Under ``plan``'s limits, or when a success is a workflow's
-    node (its dependants are released in the transaction of its end: jobs.workflows), one
-    transaction, the successes first, so a limited claim's count sees their slots free.
+    One statement on PostgreSQL. When a success is a workflow's node, that statement and then
+    the release of its dependants (jobs.workflows), last, in one transaction. Under
+    ``plan``'s limits, one transaction, the successes first, so a limited claim's count sees
+    their slots free.
     Return each success's run as it ended with whether it succeeded (a cancel asked for
     meanwhile ends it cancelled; a run taken away is left out), and the jobs claimed, best
     first.
@@ -123,14 +124,21 @@ def succeed_many_and_claim(
         )
         return _settled(successes, ended, rings=True), claimed
     with transaction.atomic():
-        ended = _end_successes(successes)
-        if plan is None:
+        if plan is None:  # still one statement for both
             holds = None
-            claimed = statements.claim_many(job_id, task=task, worker=worker, count=count)
+            ended, claimed = statements.end_successes_and_claim(
+                successes, job_id, task=task, worker=worker, count=count
+            )
+            for success in successes:
+                if success.job.pk in ended:
+                    _succeeded(success)
         else:
+            ended = _end_successes(successes, advance=False)
             claimed, holds = limiter.claim_reading_holds(
                 plan, job_id, task=task, worker=worker, count=count
             )
+        # Last before the commit: the dependants' row locks are held for as short as can be.
+        _advance(*(success.job for success in successes if success.job.pk in ended))
         _ring_for([success.job for success in successes if success.job.pk in ended], holds)
     return _settled(successes, ended, rings=False), claimed
 
@@ -151,13 +159,15 @@ def _any_workflow(successes) -> bool:
     return any(success.job.workflow_id is not None for success in successes)
 
 
-def _end_successes(successes) -> set[int]:
-    """Write the successes in the caller's transaction; advance the workflows they end."""
+def _end_successes(successes, *, advance: bool = True) -> set[int]:
+    """Write the successes in the caller's transaction and, unless ``advance`` is False (the
+    caller does it later in that transaction), advance the workflows they end."""
     ended = statements.end_successes(successes)
     for success in successes:
         if success.job.pk in ended:
             _succeeded(success)
-            _advance(success.job)
+    if advance:
+        _advance(*(success.job for success in successes if success.job.pk in ended))
     return ended
 
 
@@ -232,12 +242,12 @@ def _cancelled_meanwhile(
     return done
 
 
-def _advance(job: Job) -> None:
-    """A workflow's node ended: release what it unblocks, in the transaction of its end."""
-    if job.workflow_id is not None:
+def _advance(*jobs: Job) -> None:
+    """Workflows' nodes ended: release what they unblock, in the transaction of their end."""
+    if any(job.workflow_id is not None for job in jobs):
         from jobs.workflows.release import advance  # jobs.workflows imports the services
 
-        advance(job)
+        advance(*jobs)
 
 
 def _ring_for(jobs: list[Job], holds: limiter.Holds | None = None) -> None:

@@ -1,13 +1,16 @@
 """Advance a workflow when one of its jobs ends: mark its edges done, release what it unblocks.
 
-``advance(job)`` is called by every writer of a workflow job's end, inside the transaction
-that records that end (jobs.completer for a run's end, jobs.services.operator for the cancel
-of a job that was not running). It
+``advance(*jobs)`` is called by every writer of a workflow job's end, inside the transaction
+that records that end (jobs.completer for a run's end or a batch chunk's successes,
+jobs.services.operator for the cancel of a job that was not running). It
 
-1. marks the job's own outgoing edges done (``UPDATE … SET done = true WHERE dependency =
-   me RETURNING dependant``): each member writes only its own edges, so a 10,000-member
-   group never takes turns on one counter row;
-2. for each dependant D, in id order, locks D's job row (``SELECT … FOR NO KEY UPDATE``);
+1. marks the jobs' own outgoing edges done (``UPDATE … SET done = true WHERE dependency =
+   ANY(ended) RETURNING dependant``): each member writes only its own edges, so a
+   10,000-member group never takes turns on one counter row, and a chunk of 25 members
+   writes theirs in one statement;
+2. locks their dependants' job rows, all in id order in that same statement (``SELECT …
+   FOR NO KEY UPDATE``): one lock order for every transaction, so two chunks ending members
+   of the same groups cannot deadlock;
 3. then, in a new statement, asks whether any edge of D is still not done (the partial
    index on ``dependant WHERE NOT done``); if none is, decides D's fate from its
    dependencies' outcomes and moves it with a conditional UPDATE (``WHERE status =
@@ -53,21 +56,21 @@ MEMBERS_KEY = "members"
 PREVIOUS_KEY = "previous"
 
 
-def advance(job: Job) -> list[Job]:
-    """Record that ``job`` ended (inside that transaction); return the jobs it released."""
-    if job.workflow_id is None or job.status not in FINISHED:
-        return []
+def advance(*jobs: Job) -> list[Job]:
+    """Record that ``jobs`` ended (inside that transaction); return the jobs they released."""
+    ended = [job.pk for job in jobs if job.workflow_id is not None and job.status in FINISHED]
     released: list[Job] = []
-    ended = [job.pk]
     while ended:  # a cancelled dependant ends too: its own dependants are decided in turn
-        for dependant in _mark_done(ended.pop()):
+        cancelled = []
+        for dependant in _mark_done(ended):
             moved = _decide(dependant)
             if moved is None:
                 continue
             if moved.status == S.QUEUED:
                 released.append(moved)
             else:
-                ended.append(moved.pk)
+                cancelled.append(moved.pk)
+        ended = cancelled
     if released:
         publish_on_commit(released)
     return released
@@ -77,20 +80,25 @@ def advance(job: Job) -> list[Job]:
 # the main query locks the dependants, in id order (one lock order for every transaction).
 _MARK_AND_LOCK = {
     "postgresql": (
-        f"WITH marked AS (UPDATE {EDGES} SET done = true WHERE dependency_id = %s AND NOT done "
-        f"RETURNING dependant_id) SELECT id, status FROM {JOBS} "
-        "WHERE id IN (SELECT dependant_id FROM marked) ORDER BY id FOR NO KEY UPDATE"
+        f"WITH marked AS (UPDATE {EDGES} SET done = true "
+        "WHERE dependency_id = ANY(%s::bigint[]) AND NOT done RETURNING dependant_id) "
+        f"SELECT id, status FROM {JOBS} WHERE id IN (SELECT dependant_id FROM marked) "
+        "ORDER BY id FOR NO KEY UPDATE"
     ),
     # SQLite writes one transaction at a time: no lock to take.
-    "sqlite": f"UPDATE {EDGES} SET done = true WHERE dependency_id = %s AND NOT done "
+    "sqlite": f"UPDATE {EDGES} SET done = true WHERE dependency_id IN ({{ids}}) AND NOT done "
     "RETURNING dependant_id, NULL",
 }
 
 
-def _mark_done(dependency: int) -> list[int]:
-    """Mark ``dependency``'s edges done; lock its dependants; return those still waiting."""
+def _mark_done(dependencies: list[int]) -> list[int]:
+    """Mark ``dependencies``' edges done; lock their dependants; return those still waiting."""
     with connection.cursor() as cursor:
-        cursor.execute(_MARK_AND_LOCK[connection.vendor], [dependency])
+        if connection.vendor == "postgresql":
+            cursor.execute(_MARK_AND_LOCK["postgresql"], [dependencies])
+        else:
+            ids = ", ".join(["%s"] * len(dependencies))
+            cursor.execute(_MARK_AND_LOCK["sqlite"].format(ids=ids), dependencies)
         rows = cursor.fetchall()
     if connection.vendor != "postgresql":
         return sorted({row[0] for row in rows})

@@ -167,3 +167,26 @@ def test_a_celery_canvas_becomes_the_same_durable_workflow():
         (callback.pk, right.pk, "complete"),
     }
     assert first.status == S.QUEUED and {left.status, right.status, callback.status} == {S.WAITING}
+
+
+def test_purging_a_workflows_jobs_deletes_their_edges_and_keeps_the_rest():
+    """The edges have no constraint in the database: the purge's statement deletes them."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from jobs.maintenance.purge import purge
+
+    old = enqueue(workflows.chain("tests.wf.add", "tests.wf.add", "tests.wf.add"))
+    kept = enqueue(workflows.chain("tests.wf.add", "tests.wf.add"))
+    for job in _nodes(old):
+        _succeed(Job.objects.get(pk=job.pk))
+    long_ago = timezone.now() - timedelta(days=30)
+    Job.objects.filter(workflow=old).update(finished_at=long_ago)
+    assert JobDependency.objects.filter(workflow=old).count() == 2
+
+    assert purge().completed == 3
+    assert not Job.objects.filter(workflow=old).exists()
+    assert not JobDependency.objects.filter(workflow=old).exists()
+    assert JobDependency.objects.filter(workflow=kept).count() == 1
+    assert Job.objects.filter(workflow=kept).count() == 2
