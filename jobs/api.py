@@ -68,6 +68,9 @@ class JobOut(Schema):
         "its deployment retried): no longer a dead letter",
     )
     owner: OwnerOut | None = Field(None, description="the deployment or delivery it works for")
+    workflow: int | None = Field(
+        None, description="the workflow it is a node of (GET /api/v1/workflows/{id}), or null"
+    )
     unique_key: str | None = Field(None, description="a unique job's key (a digest)")
     unique_states: list[JobStatus] = Field(description="the states it is unique among")
     unique_period_seconds: float | None = Field(
@@ -81,6 +84,10 @@ class JobOut(Schema):
     @staticmethod
     def resolve_unique_period_seconds(job: Job) -> float | None:
         return job.unique_period.total_seconds() if job.unique_period else None
+
+    @staticmethod
+    def resolve_workflow(job: Job) -> int | None:
+        return job.workflow_id
 
     @staticmethod
     def resolve_owner(job: Job) -> dict | None:

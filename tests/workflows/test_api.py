@@ -3,7 +3,7 @@
 import pytest
 from django.contrib.auth.models import Permission, User
 
-from jobs import workflows
+from jobs import services, workflows
 from jobs.models import Job, JobStatus
 from project.access.tokens import token_create
 from tests.api.conftest import Api, assert_error
@@ -41,6 +41,10 @@ def test_a_workflow_reads_with_its_nodes_and_what_each_waits_for():
     assert len(page["nodes"]) == 2 and page["next_after"] == second.pk
     rest = _api("admin").get(f"/workflows/{flow.pk}", after=second.pk).json()
     assert [n["job_id"] for n in rest["nodes"]] == [callback.pk] and rest["next_after"] is None
+    # a node's own page names its workflow; a job on its own names none
+    assert _api("admin").get(f"/jobs/{callback.pk}").json()["workflow"] == flow.pk
+    alone = services.enqueue("tests.wf.add", {})
+    assert _api("admin").get(f"/jobs/{alone.pk}").json()["workflow"] is None
 
 
 def test_a_person_needs_view_job_and_an_unknown_workflow_is_a_404():
