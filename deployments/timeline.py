@@ -15,7 +15,9 @@ Sources, none of them written for the timeline except ``DeploymentEvent``:
 * its step runs — each step's start, exit code and duration;
 * its job — each attempt's end (worker, outcome, reason);
 * its webhook events, every delivery attempt of them (endpoint, status code, latency) and the
-  in-app notifications it caused.
+  in-app notifications it caused;
+* the workflows it started (``enqueue(started_by=deployment)``): each one's start and, once
+  every job of it has ended, its end with its status and its jobs' counts.
 
 A webhook endpoint's URL can be a credential (Slack-style URLs) and a delivery's error can
 echo it, so a delivery attempt names its endpoint by id and description only, unless the
@@ -28,12 +30,13 @@ Each entry is ``{"at", "kind", "summary", ...details}``; ``kind`` is a ``Kind``.
 import enum
 from datetime import datetime
 
-from django.db.models import Q
+from django.db.models import Max, Q
 
 from deployments.models import Deployment, DeploymentEvent, FailureReason, StepRun
 from deployments.selectors import person_of
 from jobs import attempts
-from jobs.models import AuditLog, Job, Notification
+from jobs.models import AuditLog, Job, Notification, Workflow
+from jobs.workflows.state import WorkflowStatus, counts_of, status_of
 from project.timing import seconds_between
 from webhooks.models import DeliveryAttempt, Event
 
@@ -62,6 +65,8 @@ class Kind(enum.StrEnum):
     WEBHOOK_EVENT = "webhook_event"
     DELIVERY_ATTEMPT = "delivery_attempt"
     NOTIFICATION = "notification"
+    WORKFLOW_STARTED = "workflow_started"
+    WORKFLOW_ENDED = "workflow_ended"
 
 
 _ORDER = {kind: index for index, kind in enumerate(Kind)}
@@ -135,6 +140,7 @@ def deployment_timeline(deployment: Deployment, *, show_webhook_urls: bool = Fal
         )
     entries += _webhooks(d, show_webhook_urls)
     entries += _notifications(d)
+    entries += _workflows(d)
     entries.sort(key=lambda e: (e["at"], _ORDER[e["kind"]]))
     return entries
 
@@ -374,3 +380,37 @@ def _notifications(d: Deployment) -> list[dict]:
         )
         for n in rows
     ]
+
+
+def _workflows(d: Deployment) -> list[dict]:
+    """The workflows ``d`` started: their starts, and the ends of those whose jobs all ended."""
+    entries = []
+    started = Workflow.objects.filter(started_by=f"deployment:{d.pk}").order_by("id")
+    for workflow in started[:LIMIT_PER_SOURCE]:
+        named = f" {workflow.name!r}" if workflow.name else ""
+        entries.append(
+            _entry(
+                workflow.created_at,
+                Kind.WORKFLOW_STARTED,
+                f"started workflow {workflow.pk}{named} ({workflow.node_count} jobs)",
+                workflow_id=workflow.pk,
+                name=workflow.name,
+                jobs=workflow.node_count,
+            )
+        )
+        counts = counts_of(workflow)
+        status = status_of(workflow, counts)
+        if status == WorkflowStatus.RUNNING:
+            continue
+        ended = Job.objects.filter(workflow=workflow).aggregate(at=Max("finished_at"))["at"]
+        entries.append(
+            _entry(
+                ended or workflow.cancelled_at or workflow.created_at,
+                Kind.WORKFLOW_ENDED,
+                f"workflow {workflow.pk}{named} {status}",
+                workflow_id=workflow.pk,
+                status=status,
+                counts=counts,
+            )
+        )
+    return entries

@@ -40,9 +40,19 @@ class Workflow(models.Model):
     created_at = models.DateTimeField()
     # Set by a cancel of the whole workflow (jobs.workflows.workflow_cancel).
     cancelled_at = models.DateTimeField(null=True, blank=True)
+    # What started it, as ``kind:id`` (``deployment:12``): ``enqueue(started_by=…)``. A
+    # deployment's timeline shows the workflows it started (deployments.timeline).
+    started_by = models.CharField(max_length=100, blank=True, default="")
 
     class Meta:
         ordering = ["-id"]
+        indexes = [
+            models.Index(
+                fields=["started_by", "id"],
+                condition=~Q(started_by=""),
+                name="workflow_started_by_idx",
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"Workflow {self.pk} {self.name}".rstrip()

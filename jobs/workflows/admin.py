@@ -25,9 +25,17 @@ from project.timing import seconds_between
 
 @admin.register(Workflow)
 class WorkflowAdmin(ReadOnlyModelAdmin):
-    list_display = ("id", "name", "failure_rule", "node_count", "jobs_link", "created_at")
+    list_display = (
+        "id",
+        "name",
+        "failure_rule",
+        "node_count",
+        "started_by",
+        "jobs_link",
+        "created_at",
+    )
     list_filter = ("failure_rule",)
-    search_fields = ("=id", "name")
+    search_fields = ("=id", "name", "=started_by")
     ordering = ("-id",)
     list_per_page = 50
     actions = None

@@ -39,6 +39,7 @@ class WorkflowOut(Schema):
     counts: dict[str, int] = Field(description="its jobs by status")
     created_at: datetime
     cancelled_at: datetime | None
+    started_by: str = Field(description="what started it, as kind:id (deployment:12), or empty")
     nodes: list[NodeOut] = Field(description="its jobs, oldest first (a page: see next_after)")
     next_after: int | None = Field(description="pass as ?after= for the next page of nodes")
 
@@ -80,6 +81,7 @@ def describe(workflow: Workflow, *, after: int | None = None, limit: int = DEFAU
         "counts": counts,
         "created_at": workflow.created_at,
         "cancelled_at": workflow.cancelled_at,
+        "started_by": workflow.started_by,
         "nodes": [
             {
                 "job_id": job.pk,

@@ -13,12 +13,14 @@ one Workflow row, the jobs in bulk (those with dependencies ``waiting``, the oth
 ``queued``, published once the transaction commits) and the edges in one statement.
 """
 
+import re
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from celery import Task
 from django.db import connection, transaction
+from django.db.models import Model
 from django.utils import timezone
 
 from jobs import conf
@@ -62,9 +64,14 @@ class Piece:
     def place(self, graph: "Graph", after: list[Node], condition) -> list[Node]:
         raise NotImplementedError
 
-    def enqueue(self, *, name: str = "", on_failure: str = FailureRule.FAIL) -> Workflow:
-        """Write this piece as a workflow in the caller's transaction; return the Workflow."""
-        graph = Graph(name=name, on_failure=on_failure)
+    def enqueue(
+        self, *, name: str = "", on_failure: str = FailureRule.FAIL, started_by=None
+    ) -> Workflow:
+        """Write this piece as a workflow in the caller's transaction; return the Workflow.
+
+        ``started_by``: what started it — a model instance (a Deployment) or ``"kind:id"``.
+        """
+        graph = Graph(name=name, on_failure=on_failure, started_by=started_by)
         self.place(graph, [], None)
         return graph.enqueue()
 
@@ -155,13 +162,16 @@ def _members(members) -> Piece:
 class Graph:
     """A general workflow: ``add`` steps with ``depends_on`` (nodes or keys), then enqueue."""
 
-    def __init__(self, *, name: str = "", on_failure: str = FailureRule.FAIL) -> None:
+    def __init__(
+        self, *, name: str = "", on_failure: str = FailureRule.FAIL, started_by=None
+    ) -> None:
         if on_failure not in FailureRule.values:
             raise WorkflowError(
                 f"on_failure is one of {sorted(FailureRule.values)}, not {on_failure!r}"
             )
         self.name = name
         self.on_failure = on_failure
+        self.started_by = started_by_key(started_by)
         self.nodes: list[Node] = []
         self._keys: dict[str, Node] = {}
 
@@ -203,7 +213,11 @@ class Graph:
         defaults: dict = {}  # a task's defaults, looked up once per enqueue
         jobs = [_job(node, bool(deps[node]), now, defaults) for node in order]
         workflow = Workflow.objects.create(
-            name=self.name, failure_rule=self.on_failure, node_count=len(jobs), created_at=now
+            name=self.name,
+            failure_rule=self.on_failure,
+            node_count=len(jobs),
+            created_at=now,
+            started_by=self.started_by,
         )
         for job in jobs:
             job.workflow_id = workflow.pk
@@ -254,9 +268,29 @@ class Graph:
         return _topological(self.nodes, deps), deps
 
 
-def graph(*, name: str = "", on_failure: str = FailureRule.FAIL) -> Graph:
+def graph(*, name: str = "", on_failure: str = FailureRule.FAIL, started_by=None) -> Graph:
     """A general workflow to ``add`` steps to (see Graph)."""
-    return Graph(name=name, on_failure=on_failure)
+    return Graph(name=name, on_failure=on_failure, started_by=started_by)
+
+
+_STARTED_BY = re.compile(r"[a-z][a-z0-9_]{0,49}:[0-9]{1,20}")
+
+
+def started_by_key(origin) -> str:
+    """``"kind:id"`` for what started a workflow: a saved model instance (its model's name
+    and key, e.g. ``deployment:12``), such a string itself, or None (nothing: ``""``)."""
+    if origin is None:
+        return ""
+    if isinstance(origin, Model):
+        if origin.pk is None:
+            raise WorkflowError(f"started_by: {origin!r} is not saved (it has no id)")
+        origin = f"{origin._meta.model_name}:{origin.pk}"
+    if not isinstance(origin, str) or not _STARTED_BY.fullmatch(origin):
+        raise WorkflowError(
+            f"started_by: {origin!r} is neither a saved model instance nor 'kind:id' "
+            "(e.g. 'deployment:12')"
+        )
+    return origin
 
 
 def _topological(nodes: list[Node], deps: dict[Node, list[Node]]) -> list[Node]:

@@ -71,3 +71,42 @@ def test_cancel_needs_admin_scope_and_cancel_job():
     assert_error(_api("admin").post("/workflows/999999/cancel"), 404, "not_found")
     # every job has ended now: nothing to cancel, and its status stays what its jobs say
     assert_error(_api("admin").post(f"/workflows/{flow.pk}/cancel"), 409, "conflict")
+
+
+def test_a_workflow_a_deployment_started_shows_on_its_timeline(make_project):
+    from deployments.services import deployment_create
+    from tests.workflows.test_operate import _die, _succeed
+
+    deployment = deployment_create(project=make_project(), ref="main")
+    flow = enqueue(
+        workflows.chord(["tests.wf.add", "tests.wf.add"], "tests.wf.collect"),
+        name="smoke",
+        started_by=deployment,
+    )
+    other = enqueue(workflows.chain("tests.wf.add"), started_by="deployment:999999")
+    token = _api("admin")
+
+    def kinds() -> list[tuple]:
+        events = token.get(f"/deployments/{deployment.pk}/timeline").json()["events"]
+        found = [e for e in events if e["kind"].startswith("workflow_")]
+        return [(e["kind"], e["workflow_id"], e.get("status")) for e in found]
+
+    assert kinds() == [("workflow_started", flow.pk, None)]
+    first, second, callback = Job.objects.filter(workflow=flow).order_by("id")
+    _succeed(first)
+    _die(second)
+    assert kinds() == [("workflow_started", flow.pk, None)]  # the callback still runs
+    _succeed(Job.objects.get(pk=callback.pk))
+    assert kinds() == [("workflow_started", flow.pk, None), ("workflow_ended", flow.pk, "failed")]
+    body = _api("admin").get(f"/workflows/{flow.pk}").json()
+    assert body["started_by"] == f"deployment:{deployment.pk}"
+    assert _api("admin").get(f"/workflows/{other.pk}").json()["started_by"] == "deployment:999999"
+
+
+@pytest.mark.parametrize(
+    "origin", ["deployment", "Deployment:1", "deployment:x", 12, "a" * 60 + ":1"]
+)
+def test_a_started_by_that_is_not_kind_and_id_is_refused(origin):
+    with pytest.raises(workflows.WorkflowError, match="started_by"):
+        workflows.chain("tests.wf.add").enqueue(started_by=origin)
+    assert not Job.objects.exists()
