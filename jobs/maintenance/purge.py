@@ -10,8 +10,9 @@ ORDER BY finished_at LIMIT 1000)`` per batch; a job being retried meanwhile is k
 rows pointing at a deleted job are handled in the same statement, as their foreign key's
 ``on_delete`` says, e.g. a webhook delivery's link to its job is set to NULL).
 django-celery-results rows past ``CELERY_RESULT_EXPIRES`` go too, the same way on their date
-index, and the state rows of task limit keys that have not started a job for a day
-(jobs.limits). API idempotency keys have a purge of their own (project.access.purge).
+index, the state rows of task limit keys that have not started a job for a day
+(jobs.limits), and workflows older than the completed retention none of whose jobs is left
+(with any edge still left of them). API idempotency keys have a purge of their own (project.access.purge).
 
 Runs every ``CONVEYOR_PURGE_INTERVAL`` (default 1h). Logs one ``maintenance.purge`` line.
 """
@@ -21,11 +22,12 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from django.conf import settings
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 from django_celery_results.models import TaskResult
 
 from jobs import conf
-from jobs.models import Job, JobStatus, LimitKeyState
+from jobs.models import Job, JobStatus, LimitKeyState, Workflow
 from project.batch_delete import BATCH_SIZE, delete_in_batches
 
 logger = logging.getLogger("jobs.maintenance")
@@ -38,6 +40,7 @@ class PurgeResult:
     dead: int = 0
     task_results: int = 0
     limit_keys: int = 0
+    workflows: int = 0
 
 
 def purge(batch_size: int = BATCH_SIZE) -> PurgeResult:
@@ -60,11 +63,19 @@ def purge(batch_size: int = BATCH_SIZE) -> PurgeResult:
         order_by="last_started_at",
         batch_size=batch_size,
     )
+    workflows = delete_in_batches(
+        Workflow.objects.filter(created_at__lt=now - options.completed_retention).exclude(
+            Exists(Job.objects.filter(workflow=OuterRef("pk")))
+        ),
+        order_by="id",
+        batch_size=batch_size,
+    )
     result = PurgeResult(
         completed=completed,
         dead=dead,
         task_results=results,
         limit_keys=limit_keys,
+        workflows=workflows,
     )
     logger.info("maintenance.purge", extra=vars(result))
     return result

@@ -169,7 +169,7 @@ def test_a_celery_canvas_becomes_the_same_durable_workflow():
     assert first.status == S.QUEUED and {left.status, right.status, callback.status} == {S.WAITING}
 
 
-def test_purging_a_workflows_jobs_deletes_their_edges_and_keeps_the_rest():
+def test_purging_a_workflows_jobs_deletes_their_edges_then_its_row_and_keeps_the_rest():
     """The edges have no constraint in the database: the purge's statement deletes them."""
     from datetime import timedelta
 
@@ -185,8 +185,12 @@ def test_purging_a_workflows_jobs_deletes_their_edges_and_keeps_the_rest():
     Job.objects.filter(workflow=old).update(finished_at=long_ago)
     assert JobDependency.objects.filter(workflow=old).count() == 2
 
-    assert purge().completed == 3
-    assert not Job.objects.filter(workflow=old).exists()
-    assert not JobDependency.objects.filter(workflow=old).exists()
+    Workflow.objects.filter(pk__in=[old.pk, kept.pk]).update(created_at=long_ago)
+    result = purge()
+    # its jobs first, then its row (the other's jobs have not finished: it stays)
+    assert (result.completed, result.workflows) == (3, 1)
+    assert not Job.objects.filter(workflow_id=old.pk).exists()
+    assert not JobDependency.objects.filter(workflow_id=old.pk).exists()
+    assert list(Workflow.objects.values_list("pk", flat=True)) == [kept.pk]
     assert JobDependency.objects.filter(workflow=kept).count() == 1
     assert Job.objects.filter(workflow=kept).count() == 2
