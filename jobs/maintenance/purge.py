@@ -12,7 +12,8 @@ rows pointing at a deleted job are handled in the same statement, as their forei
 django-celery-results rows past ``CELERY_RESULT_EXPIRES`` go too, the same way on their date
 index, the state rows of task limit keys that have not started a job for a day
 (jobs.limits), and workflows older than the completed retention none of whose jobs is left
-(with any edge still left of them). API idempotency keys have a purge of their own (project.access.purge).
+(with any edge still left of them). API idempotency keys have a purge of their own
+(project.access.purge).
 
 Runs every ``CONVEYOR_PURGE_INTERVAL`` (default 1h). Logs one ``maintenance.purge`` line.
 """

@@ -115,7 +115,7 @@ def test_purge_deletes_exactly_the_rows_past_their_retention(monkeypatch):
     assert set(Job.objects.values_list("pk", flat=True)) == {j.pk for j in kept}
     assert not Job.objects.filter(pk__in=[j.pk for j in doomed]).exists()
     assert list(TaskResult.objects.values_list("task_id", flat=True)) == ["young"]
-    assert batches == [2] * 5  # succeeded, cancelled, dead, results, limit keys
+    assert batches == [2] * 6  # succeeded, cancelled, dead, results, limit keys, workflows
 
 
 def test_the_sweeper_reads_an_empty_or_missing_queue_as_empty(transactional_db, purge_broker):
