@@ -38,6 +38,7 @@ from jobs.models import MAX_BACKOFF_DOUBLINGS, PENDING, Job
 from jobs.publish import SCHEDULE_HORIZON_SECONDS, broker_errors, publish
 from jobs.queues import paused_names
 from jobs.services import log_job
+from project.state_machine import update_returning
 
 logger = logging.getLogger("jobs.maintenance")
 BATCH_SIZE = 1000
@@ -152,7 +153,7 @@ def sweep() -> SweepResult:
         if depth is not None and depth * conf.get().batch_size >= len(jobs):
             skipped += len(jobs)
             continue
-        _mark_published(jobs, now)
+        jobs = _mark_published(jobs, now)
         for job in jobs:
             log_job("job.swept", job)
         republished += publish(jobs)
@@ -164,10 +165,17 @@ def sweep() -> SweepResult:
     return result
 
 
-def _mark_published(jobs: list[Job], now) -> None:
-    Job.objects.filter(pk__in=[job.pk for job in jobs]).update(
-        published_at=now, publish_count=F("publish_count") + 1
-    )
+def _mark_published(jobs: list[Job], now) -> list[Job]:
+    """Count a re-send on those of ``jobs`` still waiting to be claimed; return them.
+
+    A job claimed since it was read needs no doorbell, and its row is left alone: a worker
+    ending a chunk of runs holds their rows, and an UPDATE that also locked them, in another
+    order, could deadlock with it.
+    """
+    still = Job.objects.filter(pk__in=[job.pk for job in jobs], status__in=PENDING)
+    changes = {"published_at": now, "publish_count": F("publish_count") + 1}
+    marked = {job.pk for job in update_returning(still, changes)}
+    return [job for job in jobs if job.pk in marked]
 
 
 def _publish_coming_due(now) -> int:

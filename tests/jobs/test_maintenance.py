@@ -179,6 +179,30 @@ def test_the_sweeper_reads_only_the_columns_it_needs_and_still_publishes_each_jo
     assert Job.objects.get(pk=missed.pk).publish_count == 0
 
 
+def test_the_sweeper_leaves_a_job_claimed_after_it_was_read(
+    transactional_db, purge_broker, monkeypatch
+):
+    """Its row is not touched (a worker ending it holds it) and it gets no doorbell."""
+    from jobs.maintenance import sweeper
+    from project.celery import app
+
+    long_ago = timezone.now() - timedelta(minutes=10)
+    claimed, waiting = make(S.QUEUED, run_after=long_ago), make(S.QUEUED, run_after=long_ago)
+    read = sweeper._candidates
+
+    def read_then_claimed(now):
+        found = list(read(now))
+        Job.objects.filter(pk=claimed.pk).update(status=S.RUNNING, locked_by="w/1")
+        return found
+
+    monkeypatch.setattr(sweeper, "_candidates", read_then_claimed)
+    assert sweeper.sweep().republished == 1
+    counts = dict(Job.objects.values_list("pk", "publish_count"))
+    assert counts == {claimed.pk: 0, waiting.pk: 1}
+    with app.connection_for_write() as conn:
+        assert conn.default_channel.queue_declare(queue="default", passive=True).message_count == 1
+
+
 @pytest.mark.django_db
 def test_the_sweeper_spaces_re_sends_exponentially_on_both_sides_of_each_step():
     from jobs import conf
