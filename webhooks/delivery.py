@@ -38,12 +38,14 @@ from webhooks.selectors import Outgoing, outgoing_get
 from webhooks.services import endpoint_disable_automatically
 from webhooks.signing import active_secrets, signature_headers
 from webhooks.topics import TEST_TOPIC
-from webhooks.transitions import delivery_move, delivery_move_update
+from webhooks.transitions import delivery_move, delivery_move_row
 
 logger = logging.getLogger("webhooks")
 Outcome = AttemptOutcome
 S = DeliveryStatus
 RETRY_STATUSES = frozenset({408, 425, 429})
+# A delivered attempt resets the endpoint's count of dead deliveries, writing only if needed.
+RESET_GUARD = "consecutive_dead > 0"
 
 
 @dataclass(frozen=True)
@@ -207,17 +209,18 @@ def _record(outgoing: Outgoing, *, job: Job, started, result, response, address)
     writes = [statements.insert(attempt)]
     if result.outcome == Outcome.DELIVERED:
         if outgoing.topic != TEST_TOPIC:
-            reset = Endpoint.objects.filter(pk=outgoing.endpoint_id, consecutive_dead__gt=0)
-            writes.append(statements.update(reset, {"consecutive_dead": 0}))
-        move = delivery_move_update(
-            Q(pk=outgoing.delivery_id), S.DELIVERED, from_=[S.PENDING], delivered_at=now, **last
+            reset = {"consecutive_dead": 0}
+            writes.append(
+                statements.update_row(Endpoint, outgoing.endpoint_id, reset, guard=RESET_GUARD)
+            )
+        writes.append(
+            delivery_move_row(
+                outgoing.delivery_id, S.DELIVERED, from_=[S.PENDING], delivered_at=now, **last
+            )
         )
-        writes.append(statements.update(*move))
     else:
         writes.append(
-            statements.update(
-                Delivery.objects.filter(pk=outgoing.delivery_id), {"updated_at": now, **last}
-            )
+            statements.update_row(Delivery, outgoing.delivery_id, {"updated_at": now, **last})
         )
     if result.outcome != Outcome.GONE:
         statements.execute_together(writes)

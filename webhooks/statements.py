@@ -1,7 +1,7 @@
 """Write rows of several tables in one database round trip, all or nothing.
 
-``execute_together()`` takes INSERT and UPDATE statements compiled by the ORM (``insert()``,
-``update()``) and runs them atomically:
+``execute_together()`` takes INSERT and UPDATE statements (``insert()``, ``update_row()``,
+or ``update()`` for any queryset) and runs them atomically:
 
 * on PostgreSQL as **one** statement: the last statement is the main one and every other
   becomes a data-modifying ``WITH`` clause. PostgreSQL runs each clause exactly once and to
@@ -13,27 +13,72 @@
 The clauses of one statement do not see each other's changes, so the statements must touch
 different rows. The delivery hot path uses it to record an attempt with one round trip
 instead of five (BEGIN, INSERT, UPDATE, UPDATE, COMMIT).
+
+``insert()`` and ``update_row()`` write their SQL once per model and shape and then only
+convert the values, as the ORM would (``get_db_prep_save``): on the hot path, building the
+same statements through the ORM at every attempt cost more CPU than running them.
 """
 
+from functools import cache
+
 from django.db import connections, transaction
-from django.db.models import Model, QuerySet
-from django.db.models.sql import InsertQuery, UpdateQuery
+from django.db.models import Field, Model, QuerySet
+from django.db.models.sql import UpdateQuery
 
 Statement = tuple[str, tuple]
 
 
 def insert(obj: Model, *, using: str = "default") -> Statement:
-    """Compile the INSERT that ``obj.save()`` would run; the database picks the primary key."""
-    meta = obj._meta
-    fields = [
+    """The INSERT that ``obj.save()`` would run; the database picks the primary key."""
+    sql, fields = _insert_sql(type(obj), using)
+    connection = connections[using]
+    return sql, tuple(
+        field.get_db_prep_save(field.pre_save(obj, True), connection) for field in fields
+    )
+
+
+@cache
+def _insert_sql(model: type[Model], using: str) -> tuple[str, tuple[Field, ...]]:
+    meta = model._meta
+    fields = tuple(
         field
         for field in meta.local_concrete_fields
         if not field.generated and field is not meta.auto_field
+    )
+    quote = connections[using].ops.quote_name
+    columns = ", ".join(quote(field.column) for field in fields)
+    values = ", ".join(["%s"] * len(fields))
+    return f"INSERT INTO {quote(meta.db_table)} ({columns}) VALUES ({values})", fields
+
+
+def update_row(
+    model: type[Model], pk, changes: dict, *, guard: str = "", using: str = "default"
+) -> Statement:
+    """``model.objects.filter(pk=pk).update(**changes)``, and only if ``guard`` holds.
+
+    ``guard`` is a constant SQL condition on the row (``"consecutive_dead" > 0``), part of
+    the statement's shape: the SQL is written once per (model, changed fields, guard).
+    """
+    sql, fields = _update_sql(model, tuple(changes), guard, using)
+    connection = connections[using]
+    params = [
+        field.get_db_prep_save(value, connection)
+        for field, value in zip(fields, changes.values(), strict=True)
     ]
-    query = InsertQuery(type(obj))
-    query.insert_values(fields, [obj])
-    (statement,) = query.get_compiler(using=using).as_sql()
-    return statement
+    params.append(model._meta.pk.get_db_prep_value(pk, connection))
+    return sql, tuple(params)
+
+
+@cache
+def _update_sql(
+    model: type[Model], names: tuple[str, ...], guard: str, using: str
+) -> tuple[str, tuple[Field, ...]]:
+    meta = model._meta
+    fields = tuple(meta.get_field(name) for name in names)
+    quote = connections[using].ops.quote_name
+    assignments = ", ".join(f"{quote(field.column)} = %s" for field in fields)
+    where = f"{quote(meta.pk.column)} = %s" + (f" AND ({guard})" if guard else "")
+    return f"UPDATE {quote(meta.db_table)} SET {assignments} WHERE {where}", fields
 
 
 def update(queryset: QuerySet, changes: dict) -> Statement:

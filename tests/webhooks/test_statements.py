@@ -9,7 +9,9 @@ from jobs.services import job_claim
 from tests.webhooks.receiver import Reply
 from webhooks import notify, services, statements
 from webhooks.delivery import delivery_attempt
+from webhooks.errors import DeliveryConflict
 from webhooks.models import AttemptOutcome, Delivery, DeliveryAttempt, DeliveryStatus, Endpoint
+from webhooks.transitions import delivery_move_row
 
 pytestmark = pytest.mark.django_db
 URL = "https://93.184.215.14/hook"
@@ -68,6 +70,38 @@ def test_nothing_is_written_when_one_statement_fails(delivery, vendor):
 def test_a_statement_that_matches_nothing_returns_zero(delivery, vendor):
     writes = [statements.update(Delivery.objects.filter(pk=delivery.pk + 1000), {"replays": 1})]
     assert statements.execute_together(writes) == 0
+
+
+def test_update_row_writes_only_where_its_guard_holds(delivery, vendor):
+    Endpoint.objects.filter(pk=delivery.endpoint_id).update(consecutive_dead=2)
+    reset = {"consecutive_dead": 0}
+    guard = "consecutive_dead > 2"  # does not hold: nothing is written
+    write = statements.update_row(Endpoint, delivery.endpoint_id, reset, guard=guard)
+    assert statements.execute_together([write]) == 0
+    assert Endpoint.objects.get(pk=delivery.endpoint_id).consecutive_dead == 2
+    guard = "consecutive_dead > 1"  # holds
+    write = statements.update_row(Endpoint, delivery.endpoint_id, reset, guard=guard)
+    assert statements.execute_together([write]) == 1
+    assert Endpoint.objects.get(pk=delivery.endpoint_id).consecutive_dead == 0
+
+
+def test_update_row_converts_values_as_the_orm_does(delivery, vendor):
+    when = timezone.now()
+    changes = {"last_status_code": None, "last_error": "", "last_attempt_at": when}
+    write = statements.update_row(Delivery, delivery.pk, changes)
+    assert statements.execute_together([write]) == 1
+    saved = Delivery.objects.get(pk=delivery.pk)
+    assert (saved.last_status_code, saved.last_attempt_at) == (None, when)
+
+
+def test_delivery_move_row_moves_only_from_its_sources(delivery, vendor):
+    move = delivery_move_row(delivery.pk, DeliveryStatus.DELIVERED, from_=[DeliveryStatus.PENDING])
+    assert statements.execute_together([move]) == 1
+    assert Delivery.objects.get(pk=delivery.pk).status == DeliveryStatus.DELIVERED
+    again = delivery_move_row(delivery.pk, DeliveryStatus.DELIVERED, from_=[DeliveryStatus.PENDING])
+    assert statements.execute_together([again]) == 0  # no longer pending: a lost race
+    with pytest.raises(DeliveryConflict):  # TRANSITIONS has no delivered -> delivered
+        delivery_move_row(delivery.pk, DeliveryStatus.DELIVERED, from_=[DeliveryStatus.DELIVERED])
 
 
 def test_execute_together_needs_a_statement():
