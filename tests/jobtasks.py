@@ -30,9 +30,11 @@ def record(ctx: JobContext, **details) -> None:
 
 @shared_task(base=JobTask, name="tests.record")
 def record_task(ctx: JobContext):
-    """Record one execution after sleeping ``payload["sleep"]`` seconds (first attempt only
-    when ``payload["first_only"]``)."""
-    if ctx.job.attempts == 1 or not ctx.payload.get("first_only"):
+    """Record one execution after sleeping ``payload["sleep"]`` seconds (the first run only
+    when ``payload["first_only"]``: a run handed back at a shutdown spends no attempt, but
+    leaves an entry in the history)."""
+    first_run = ctx.job.attempts == 1 and not ctx.job.attempts_history
+    if first_run or not ctx.payload.get("first_only"):
         time.sleep(float(ctx.payload.get("sleep", 0)))
     record(ctx)
     return {"n": ctx.payload.get("n")}
