@@ -38,7 +38,6 @@ from jobs.models import MAX_BACKOFF_DOUBLINGS, PENDING, Job
 from jobs.publish import SCHEDULE_HORIZON_SECONDS, broker_errors, publish
 from jobs.queues import paused_names
 from jobs.services import log_job
-from project.state_machine import update_returning
 
 logger = logging.getLogger("jobs.maintenance")
 BATCH_SIZE = 1000
@@ -172,9 +171,16 @@ def _mark_published(jobs: list[Job], now) -> list[Job]:
     ending a chunk of runs holds their rows, and an UPDATE that also locked them, in another
     order, could deadlock with it.
     """
-    still = Job.objects.filter(pk__in=[job.pk for job in jobs], status__in=PENDING)
-    changes = {"published_at": now, "publish_count": F("publish_count") + 1}
-    marked = {job.pk for job in update_returning(still, changes)}
+    ids = ", ".join(["%s"] * len(jobs))
+    pending = ", ".join(["%s"] * len(PENDING))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {Job._meta.db_table} SET published_at = %s, "
+            f"publish_count = publish_count + 1 WHERE id IN ({ids}) AND status IN ({pending}) "
+            "RETURNING id",  # the ids only: no payload leaves the database
+            [connection.ops.adapt_datetimefield_value(now), *(j.pk for j in jobs), *PENDING],
+        )
+        marked = {row[0] for row in cursor.fetchall()}
     return [job for job in jobs if job.pk in marked]
 
 
