@@ -13,27 +13,24 @@ one Workflow row, the jobs in bulk (those with dependencies ``waiting``, the oth
 ``queued``, published once the transaction commits) and the edges in one statement.
 """
 
-import re
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from celery import Task
-from django.db import connection, transaction
-from django.db.models import Model
+from django.db import transaction
 from django.utils import timezone
 
 from jobs import conf
-from jobs.models import Condition, FailureRule, Job, JobDependency, JobStatus, Workflow
+from jobs.models import Condition, FailureRule, Job, JobStatus, Workflow
 from jobs.publish import publish_on_commit
 from jobs.services.base import logger
-from jobs.services.enqueue import _limit_key, _task_defaults, validate_payload, validate_priority
 from jobs.workflows.canvas import from_canvas, is_canvas
 from jobs.workflows.errors import WorkflowError
+from jobs.workflows.rows import insert_edges, job_row, started_by_key
 
 S = JobStatus
 DJANGO_TASK = "jobs.django_task"  # jobs.backends: the task that runs a django.tasks function
-OPTIONS = frozenset({"queue", "priority", "max_attempts"})
 
 
 @dataclass
@@ -211,7 +208,7 @@ class Graph:
         order, deps = self._resolve()
         now = timezone.now()
         defaults: dict = {}  # a task's defaults, looked up once per enqueue
-        jobs = [_job(node, bool(deps[node]), now, defaults) for node in order]
+        jobs = [job_row(node, bool(deps[node]), now, defaults) for node in order]
         workflow = Workflow.objects.create(
             name=self.name,
             failure_rule=self.on_failure,
@@ -229,7 +226,7 @@ class Graph:
             for node in order
             for dependency in deps[node]
         ]
-        _insert_edges(workflow.pk, edges)
+        insert_edges(workflow.pk, edges)
         roots = [job for job in jobs if job.status == S.QUEUED]
         logger.info(
             "workflow.enqueued",
@@ -273,26 +270,6 @@ def graph(*, name: str = "", on_failure: str = FailureRule.FAIL, started_by=None
     return Graph(name=name, on_failure=on_failure, started_by=started_by)
 
 
-_STARTED_BY = re.compile(r"[a-z][a-z0-9_]{0,49}:[0-9]{1,20}")
-
-
-def started_by_key(origin) -> str:
-    """``"kind:id"`` for what started a workflow: a saved model instance (its model's name
-    and key, e.g. ``deployment:12``), such a string itself, or None (nothing: ``""``)."""
-    if origin is None:
-        return ""
-    if isinstance(origin, Model):
-        if origin.pk is None:
-            raise WorkflowError(f"started_by: {origin!r} is not saved (it has no id)")
-        origin = f"{origin._meta.model_name}:{origin.pk}"
-    if not isinstance(origin, str) or not _STARTED_BY.fullmatch(origin):
-        raise WorkflowError(
-            f"started_by: {origin!r} is neither a saved model instance nor 'kind:id' "
-            "(e.g. 'deployment:12')"
-        )
-    return origin
-
-
 def _topological(nodes: list[Node], deps: dict[Node, list[Node]]) -> list[Node]:
     """Kahn's order (dependencies first, else as added); a cycle is refused by name."""
     waiting = {node: len(deps[node]) for node in nodes}
@@ -315,72 +292,6 @@ def _topological(nodes: list[Node], deps: dict[Node, list[Node]]) -> list[Node]:
             f"the workflow has a cycle through node(s) {', '.join(map(repr, stuck[:10]))}"
         )
     return order
-
-
-def _job(node: Node, waits: bool, now, defaults: dict) -> Job:
-    """An unsaved job for ``node``: ``waiting`` when it has dependencies, else ``queued``."""
-    step = node.step
-    task = step.task
-    if isinstance(task, Task):
-        task = task.name
-    if not isinstance(task, str) or not task:
-        raise WorkflowError(f"node {node.key!r}: {task!r} is not a task")
-    try:
-        if task not in defaults:
-            defaults[task] = _task_defaults(task)
-        name, queue, declared_attempts, rule, limit = defaults[task]
-        payload = validate_payload(step.payload)
-        priority = validate_priority(step.options.get("priority", 0))
-    except ValueError as exc:
-        raise WorkflowError(f"node {node.key!r}: {exc}") from None
-    if rule is not None:
-        raise WorkflowError(
-            f"node {node.key!r}: task {name!r} is unique; a workflow's jobs cannot be unique"
-        )
-    unknown = set(step.options) - OPTIONS
-    if unknown:
-        raise WorkflowError(f"node {node.key!r}: unknown option(s) {sorted(unknown)}")
-    return Job(
-        task=name,
-        queue=step.options.get("queue") or queue or "default",
-        payload=payload,
-        status=S.WAITING if waits else S.QUEUED,
-        limit_key=_limit_key(limit, payload),
-        priority=priority,
-        max_attempts=step.options.get("max_attempts")
-        or declared_attempts
-        or conf.get().max_attempts,
-        run_after=now,
-        published_at=now,
-        created_at=now,
-        updated_at=now,
-    )
-
-
-def _insert_edges(workflow_id: int, edges: list[tuple[int, int, str]]) -> None:
-    if not edges:
-        return
-    if connection.vendor == "postgresql":  # one statement, however many edges
-        table = JobDependency._meta.db_table
-        # Array literals written here: a client-side cursor quotes a list element by element,
-        # slower than the insert itself for a 10,000-member chord. Every element is an int
-        # or a Condition value (a plain word).
-        arrays = ["{" + ",".join(map(str, column)) + "}" for column in zip(*edges, strict=True)]
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"INSERT INTO {table} (workflow_id, dependant_id, dependency_id, condition, done) "
-                "SELECT %s, d, p, c, false FROM unnest(%s::bigint[], %s::bigint[], %s::varchar[]) "
-                "AS e(d, p, c)",
-                [workflow_id, *arrays],
-            )
-        return
-    JobDependency.objects.bulk_create(
-        [
-            JobDependency(workflow_id=workflow_id, dependant_id=d, dependency_id=p, condition=c)
-            for d, p, c in edges
-        ],
-        batch_size=500,
-    )
 
 
 def as_piece(step) -> Piece | Step:
