@@ -30,13 +30,13 @@ Each entry is ``{"at", "kind", "summary", ...details}``; ``kind`` is a ``Kind``.
 import enum
 from datetime import datetime
 
-from django.db.models import Max, Q
+from django.db.models import Count, Max, Q
 
 from deployments.models import Deployment, DeploymentEvent, FailureReason, StepRun
 from deployments.selectors import person_of
 from jobs import attempts
 from jobs.models import AuditLog, Job, Notification, Workflow
-from jobs.workflows.state import WorkflowStatus, counts_of, status_of
+from jobs.workflows.state import WorkflowStatus, status_of
 from project.timing import seconds_between
 from webhooks.models import DeliveryAttempt, Event
 
@@ -384,9 +384,24 @@ def _notifications(d: Deployment) -> list[dict]:
 
 def _workflows(d: Deployment) -> list[dict]:
     """The workflows ``d`` started: their starts, and the ends of those whose jobs all ended."""
+    started = list(
+        Workflow.objects.filter(started_by=f"deployment:{d.pk}").order_by("id")[:LIMIT_PER_SOURCE]
+    )
+    counts: dict[int, dict[str, int]] = {workflow.pk: {} for workflow in started}
+    ended: dict[int, datetime] = {}
+    rows = (
+        Job.objects.filter(workflow__in=started)
+        .order_by()
+        .values("workflow_id", "status")
+        .annotate(n=Count("id"), last=Max("finished_at"))
+    )
+    for row in rows:  # one query for them all, on the jobs' workflow index
+        counts[row["workflow_id"]][row["status"]] = row["n"]
+        if row["last"] is not None:
+            last = ended.get(row["workflow_id"])
+            ended[row["workflow_id"]] = row["last"] if last is None else max(last, row["last"])
     entries = []
-    started = Workflow.objects.filter(started_by=f"deployment:{d.pk}").order_by("id")
-    for workflow in started[:LIMIT_PER_SOURCE]:
+    for workflow in started:
         named = f" {workflow.name!r}" if workflow.name else ""
         entries.append(
             _entry(
@@ -398,19 +413,17 @@ def _workflows(d: Deployment) -> list[dict]:
                 jobs=workflow.node_count,
             )
         )
-        counts = counts_of(workflow)
-        status = status_of(workflow, counts)
+        status = status_of(workflow, counts[workflow.pk])
         if status == WorkflowStatus.RUNNING:
             continue
-        ended = Job.objects.filter(workflow=workflow).aggregate(at=Max("finished_at"))["at"]
         entries.append(
             _entry(
-                ended or workflow.cancelled_at or workflow.created_at,
+                ended.get(workflow.pk) or workflow.cancelled_at or workflow.created_at,
                 Kind.WORKFLOW_ENDED,
                 f"workflow {workflow.pk}{named} {status}",
                 workflow_id=workflow.pk,
                 status=status,
-                counts=counts,
+                counts=counts[workflow.pk],
             )
         )
     return entries

@@ -68,7 +68,7 @@ def purge(batch_size: int = BATCH_SIZE) -> PurgeResult:
         Workflow.objects.filter(created_at__lt=now - options.completed_retention).exclude(
             Exists(Job.objects.filter(workflow=OuterRef("pk")))
         ),
-        order_by="id",
+        order_by="created_at",
         batch_size=batch_size,
     )
     result = PurgeResult(

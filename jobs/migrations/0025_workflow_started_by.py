@@ -17,6 +17,10 @@ class Migration(migrations.Migration):
         ),
         migrations.AddIndex(
             model_name='workflow',
+            index=models.Index(fields=['created_at'], name='workflow_created_idx'),
+        ),
+        migrations.AddIndex(
+            model_name='workflow',
             index=models.Index(condition=models.Q(('started_by', ''), _negated=True), fields=['started_by', 'id'], name='workflow_started_by_idx'),
         ),
     ]

@@ -47,6 +47,8 @@ class Workflow(models.Model):
     class Meta:
         ordering = ["-id"]
         indexes = [
+            # The purge's walk through workflows past their retention.
+            models.Index(fields=["created_at"], name="workflow_created_idx"),
             models.Index(
                 fields=["started_by", "id"],
                 condition=~Q(started_by=""),

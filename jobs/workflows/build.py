@@ -30,6 +30,7 @@ from jobs.workflows.errors import WorkflowError
 from jobs.workflows.rows import insert_edges, job_row, started_by_key
 
 S = JobStatus
+NAME_LENGTH = Workflow._meta.get_field("name").max_length
 DJANGO_TASK = "jobs.django_task"  # jobs.backends: the task that runs a django.tasks function
 
 
@@ -166,6 +167,8 @@ class Graph:
             raise WorkflowError(
                 f"on_failure is one of {sorted(FailureRule.values)}, not {on_failure!r}"
             )
+        if not isinstance(name, str) or len(name) > NAME_LENGTH:
+            raise WorkflowError(f"name: text of up to {NAME_LENGTH} characters, not {name!r:.80}")
         self.name = name
         self.on_failure = on_failure
         self.started_by = started_by_key(started_by)
@@ -253,8 +256,9 @@ class Graph:
             for ref in node.depends_on:
                 dependency = ref if isinstance(ref, Node) else self._keys.get(ref)
                 if dependency is None or self._keys.get(dependency.key) is not dependency:
+                    named = ref.key if isinstance(ref, Node) else ref
                     raise WorkflowError(
-                        f"node {node.key!r}: depends on {ref!r}, not in this workflow"
+                        f"node {node.key!r}: depends on {named!r}, not in this workflow"
                     )
                 if dependency is node:
                     raise WorkflowError(f"node {node.key!r}: depends on itself (a cycle)")

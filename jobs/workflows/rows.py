@@ -15,7 +15,8 @@ from jobs.workflows.errors import WorkflowError
 S = JobStatus
 OPTIONS = frozenset({"queue", "priority", "max_attempts"})
 
-_STARTED_BY = re.compile(r"[a-z][a-z0-9_]{0,49}:[0-9]{1,20}")
+# The id without leading zeros: the key is matched as written (``deployment:12``).
+_STARTED_BY = re.compile(r"[a-z][a-z0-9_]{0,49}:[1-9][0-9]{0,18}")
 
 
 def started_by_key(origin) -> str:

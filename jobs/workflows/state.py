@@ -75,6 +75,15 @@ def workflow_cancel(workflow_id: int, *, actor: str) -> Workflow:
             raise WorkflowNotFound(f"workflow {workflow_id} does not exist")
         now = timezone.now()
         where = {"workflow_id": workflow_id}
+        # Its unfinished jobs' rows first, in id order: a worker ending a node locks the
+        # node's row before its dependants' (ids follow the dependency order), so taking
+        # the waiting ones first and then the running ones could deadlock with it.
+        list(
+            Job.objects.select_for_update(no_key=True)
+            .filter(status__in=[S.WAITING, *PENDING, S.RUNNING], **where)
+            .order_by("id")
+            .values_list("id", flat=True)
+        )
         cancelled = transition(
             Q(**where),
             S.CANCELLED,

@@ -74,7 +74,11 @@ def test_cancel_needs_admin_scope_and_cancel_job():
 
 
 def test_a_workflow_a_deployment_started_shows_on_its_timeline(make_project):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
     from deployments.services import deployment_create
+    from deployments.timeline import deployment_timeline
     from tests.workflows.test_operate import _die, _succeed
 
     deployment = deployment_create(project=make_project(), ref="main")
@@ -100,11 +104,23 @@ def test_a_workflow_a_deployment_started_shows_on_its_timeline(make_project):
     assert kinds() == [("workflow_started", flow.pk, None), ("workflow_ended", flow.pk, "failed")]
     body = _api("admin").get(f"/workflows/{flow.pk}").json()
     assert body["started_by"] == f"deployment:{deployment.pk}"
+
+    # The timeline reads all of a deployment's workflows with the same few queries.
+    def timeline_queries() -> int:
+        with CaptureQueriesContext(connection) as queries:
+            deployment_timeline(deployment)
+        return len(queries.captured_queries)
+
+    one = timeline_queries()
+    for _ in range(4):
+        enqueue(workflows.chain("tests.wf.add"), started_by=deployment)
+    assert timeline_queries() == one
+    assert len([e for e in deployment_timeline(deployment) if e["kind"] == "workflow_started"]) == 5
     assert _api("admin").get(f"/workflows/{other.pk}").json()["started_by"] == "deployment:999999"
 
 
 @pytest.mark.parametrize(
-    "origin", ["deployment", "Deployment:1", "deployment:x", 12, "a" * 60 + ":1"]
+    "origin", ["deployment", "Deployment:1", "deployment:x", "deployment:012", 12, "a" * 60 + ":1"]
 )
 def test_a_started_by_that_is_not_kind_and_id_is_refused(origin):
     with pytest.raises(workflows.WorkflowError, match="started_by"):
