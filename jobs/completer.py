@@ -148,7 +148,17 @@ def succeed_many(successes: list[statements.Success]) -> list[tuple[Job, bool]]:
     if not successes:
         return []
     if connection.vendor == "postgresql" and not _any_workflow(successes):  # one statement
-        return _settled(successes, statements.end_successes(successes), rings=True)
+        watched = _watched(successes)
+        if watched is None:
+            return _settled(successes, statements.end_successes(successes), rings=True)
+        task, queue = watched
+        ended, task_held, queue_held = statements.end_successes_reading_marks(
+            successes, task=task, queue=queue
+        )
+        holds = limiter.Holds(
+            queue=successes[0].job.queue, queue_held=queue_held, task_held=task_held
+        )
+        return _settled(successes, ended, rings=True, holds=holds)
     with transaction.atomic():  # one per success elsewhere; a workflow's release with them
         ended = _end_successes(successes)
         _ring_for([success.job for success in successes if success.job.pk in ended])
@@ -178,14 +188,31 @@ def _succeeded(success: statements.Success) -> None:
     job.started_at, job.finished_at = success.started_at, success.finished_at
 
 
-def _settled(successes, ended: set[int], *, rings: bool) -> list[tuple[Job, bool]]:
+def _watched(successes) -> tuple[str | None, str | None] | None:
+    """The limited task and queue whose refusal marks the successes' statement should read
+    (None for one not limited), or None when neither is (or the runs are of several)."""
+    from project.celery import app
+
+    first = successes[0].job
+    if any((s.job.task, s.job.queue) != (first.task, first.queue) for s in successes):
+        return None
+    limit = limits.limit_of(app.tasks.get(first.task))
+    task = first.task if limit is not None and limit.frees_slots else None
+    queue = first.queue if first.queue in conf.get().queue_concurrency else None
+    return None if task is None and queue is None else (task, queue)
+
+
+def _settled(
+    successes, ended: set[int], *, rings: bool, holds: limiter.Holds | None = None
+) -> list[tuple[Job, bool]]:
     """The runs of ``successes`` as they ended: written, or cancelled meanwhile, or gone.
 
-    ``rings``: a written end still has to ring for its limited task's next job.
+    ``rings``: a written end still has to ring for its limited task's next job (``holds``:
+    the marks its statement read, if it read them).
     """
     settled = []
     if rings:
-        _ring_for([success.job for success in successes if success.job.pk in ended])
+        _ring_for([success.job for success in successes if success.job.pk in ended], holds)
     for success in successes:
         job = success.job
         if job.pk in ended:

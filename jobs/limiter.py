@@ -202,7 +202,9 @@ def wake(model, name: str, ring: Callable[[], int]) -> None:
     the next job if a claim was refused since the last end that found nothing held.
 
     Without a refusal no doorbell is sent: a limit that doesn't bind costs one read per end,
-    and nothing for a success that rides on the next claim (its lock reads the marks). The
+    and nothing for a success that rides on the next claim (its lock reads the marks) or is
+    written alone on PostgreSQL (its statement reads them: jobs.statements,
+    ``end_successes_reading_marks``). The
     read waits for a claim holding the row (FOR KEY SHARE against its FOR UPDATE), so a
     refusal decided before this run's end committed is seen (SQLite's writers take turns at
     BEGIN). The mark is cleared only if no refusal came since it was read and no job is due

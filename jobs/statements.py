@@ -339,6 +339,36 @@ def end_successes(successes: list[Success]) -> set[int]:
         return {row[0] for row in cursor.fetchall()}
 
 
+# An end's UPDATE that also reads whether a claim was refused for the task's or the queue's
+# slots since the last end that found none (``held_at``, jobs.limiter.wake). FOR KEY SHARE is
+# held to the commit: a claim holding the row is waited for and its mark seen; a claim after
+# it waits for this commit and counts these runs ended. So a success that finds no mark needs
+# no read after its commit.
+_READING_MARKS = (
+    "WITH ended AS ({update}) SELECT ARRAY(SELECT id FROM ended), "
+    f"(SELECT held_at IS NOT NULL FROM {TASK_STATE_TABLE} WHERE name = %s FOR KEY SHARE), "
+    f"(SELECT held_at IS NOT NULL FROM {STATE_TABLE} WHERE name = %s FOR KEY SHARE)"
+)
+
+
+def end_successes_reading_marks(
+    successes: list[Success], *, task: str | None, queue: str | None
+) -> tuple[set[int], bool, bool]:
+    """``end_successes`` on PostgreSQL, one statement that also reads the refusal marks of
+    ``task`` and ``queue`` (None: not limited, not read); return the ids ended and whether
+    each was marked."""
+    now = timezone.now()
+    if len(successes) == 1:
+        update = f"{_end_sql('postgresql')} RETURNING id"
+        params = _end_params(successes[0].job, _succeeded(successes[0]), now)
+    else:
+        update, params = _successes_sql(), _successes_params(successes, now)
+    with connection.cursor() as cursor:
+        cursor.execute(_READING_MARKS.replace("{update}", update), [*params, task, queue])
+        ids, task_held, queue_held = cursor.fetchone()
+    return set(ids), bool(task_held), bool(queue_held)
+
+
 def end_successes_and_claim(
     successes: list[Success], job_id: int, *, task: str, worker: str, count: int
 ) -> tuple[set[int], list[Job]]:

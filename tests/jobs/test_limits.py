@@ -259,6 +259,34 @@ def test_a_success_folded_into_a_limited_claim_wakes_only_if_its_lock_saw_a_refu
     assert TaskState.objects.get(name="tests.limited").held_at is None
 
 
+@pytest.mark.django_db
+def test_a_success_written_alone_reads_the_marks_in_its_own_statement(
+    monkeypatch, django_capture_on_commit_callbacks
+):
+    """A limited job's success (a single job, a batch's last chunk) reads the refusal mark in
+    its UPDATE's statement: with none, no read follows its commit; with one, it wakes."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    a, b, c = _enqueue("tests.limited", "abc", "k")
+    rung = []
+    monkeypatch.setattr("jobs.queues.publish", lambda jobs: rung.extend(j.pk for j in jobs) or 0)
+    first = services.job_claim(a.pk, worker="w/1")
+    capture = django_capture_on_commit_callbacks(execute=True)
+    with capture as callbacks, CaptureQueriesContext(connection) as queries:
+        assert completer.succeed_many([_ran(first)]) == [(first, True)]
+    assert callbacks == [] and rung == []  # the limit didn't bind: nothing after the end
+    if connection.vendor == "postgresql":
+        assert len(queries.captured_queries) == 1
+    second = services.job_claim(b.pk, worker="w/2")
+    assert services.job_claim(c.pk, worker="w/3") is not None
+    d = services.enqueue("tests.limited", {"key": "k", "tenant": "d"})
+    assert services.job_claim(d.pk, worker="w/4") is None  # two run: refused, and marked
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        completer.succeed_many([_ran(second)])
+    assert len(callbacks) == 1 and rung == [d.pk]  # the mark read: the freed slot rings
+
+
 def _ran(job):
     now = timezone.now()
     return statements.Success(job, "null", now, now)
