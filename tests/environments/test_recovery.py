@@ -5,6 +5,7 @@ through their owners' services; a dry run only counts; bad requests get the one 
 import time
 
 import pytest
+from django.db import transaction
 from django.test import Client
 from django.utils import timezone
 
@@ -206,10 +207,13 @@ def test_a_recovery_whose_asker_lost_the_permission_retries_nothing(shop, start_
     first = deploy(shop)
     failed = dead_jobs("shop", 2)
     erin = person("erin", "recover_deployment")
-    made = recovery_create(first, actor="erin", user=erin)
-    erin.user_permissions.clear()
-    erin.is_active = False
-    erin.save()
+    # Revoked before the recovery's job is published (on commit): a running worker would
+    # otherwise have carried it out already.
+    with transaction.atomic():
+        made = recovery_create(first, actor="erin", user=erin)
+        erin.user_permissions.clear()
+        erin.is_active = False
+        erin.save()
     done = wait_done(made.pk)
     assert done.errors == ["erin may no longer recover deployments"] and done.done == 0
     assert all(Job.objects.get(pk=pk).status == JobStatus.DEAD for pk in failed)
