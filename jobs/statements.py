@@ -343,11 +343,12 @@ def end_successes(successes: list[Success]) -> set[int]:
 # slots since the last end that found none (``held_at``, jobs.limiter.wake). FOR KEY SHARE is
 # held to the commit: a claim holding the row is waited for and its mark seen; a claim after
 # it waits for this commit and counts these runs ended. So a success that finds no mark needs
-# no read after its commit.
+# no read after its commit. The queue's row is read before the task's, the order in which
+# a claim locks them (jobs.limiter), so the two never wait on each other in a circle.
 _READING_MARKS = (
     "WITH ended AS ({update}) SELECT ARRAY(SELECT id FROM ended), "
-    f"(SELECT held_at IS NOT NULL FROM {TASK_STATE_TABLE} WHERE name = %s FOR KEY SHARE), "
-    f"(SELECT held_at IS NOT NULL FROM {STATE_TABLE} WHERE name = %s FOR KEY SHARE)"
+    f"(SELECT held_at IS NOT NULL FROM {STATE_TABLE} WHERE name = %s FOR KEY SHARE), "
+    f"(SELECT held_at IS NOT NULL FROM {TASK_STATE_TABLE} WHERE name = %s FOR KEY SHARE)"
 )
 
 
@@ -364,8 +365,8 @@ def end_successes_reading_marks(
     else:
         update, params = _successes_sql(), _successes_params(successes, now)
     with connection.cursor() as cursor:
-        cursor.execute(_READING_MARKS.replace("{update}", update), [*params, task, queue])
-        ids, task_held, queue_held = cursor.fetchone()
+        cursor.execute(_READING_MARKS.replace("{update}", update), [*params, queue, task])
+        ids, queue_held, task_held = cursor.fetchone()
     return set(ids), bool(task_held), bool(queue_held)
 
 
