@@ -36,6 +36,7 @@ from deployments.models import Deployment, DeploymentEvent, FailureReason, StepR
 from deployments.selectors import person_of
 from jobs import attempts
 from jobs.models import AuditLog, Job, Notification, Workflow
+from jobs.workflows.rows import started_by_key
 from jobs.workflows.state import WorkflowStatus, status_of
 from project.timing import seconds_between
 from webhooks.models import DeliveryAttempt, Event
@@ -385,7 +386,7 @@ def _notifications(d: Deployment) -> list[dict]:
 def _workflows(d: Deployment) -> list[dict]:
     """The workflows ``d`` started: their starts, and the ends of those whose jobs all ended."""
     started = list(
-        Workflow.objects.filter(started_by=f"deployment:{d.pk}").order_by("id")[:LIMIT_PER_SOURCE]
+        Workflow.objects.filter(started_by=started_by_key(d)).order_by("id")[:LIMIT_PER_SOURCE]
     )
     counts: dict[int, dict[str, int]] = {workflow.pk: {} for workflow in started}
     ended: dict[int, datetime] = {}

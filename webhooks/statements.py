@@ -1,7 +1,7 @@
 """Write rows of several tables in one database round trip, all or nothing.
 
-``execute_together()`` takes INSERT and UPDATE statements (``insert()``, ``update_row()``,
-or ``update()`` for any queryset) and runs them atomically:
+``execute_together()`` takes INSERT and UPDATE statements (``insert()``, ``update_row()``)
+and runs them atomically:
 
 * on PostgreSQL as **one** statement: the last statement is the main one and every other
   becomes a data-modifying ``WITH`` clause. PostgreSQL runs each clause exactly once and to
@@ -22,8 +22,7 @@ same statements through the ORM at every attempt cost more CPU than running them
 from functools import cache
 
 from django.db import connections, transaction
-from django.db.models import Field, Model, QuerySet
-from django.db.models.sql import UpdateQuery
+from django.db.models import Field, Model
 
 Statement = tuple[str, tuple]
 
@@ -79,14 +78,6 @@ def _update_sql(
     assignments = ", ".join(f"{quote(field.column)} = %s" for field in fields)
     where = f"{quote(meta.pk.column)} = %s" + (f" AND ({guard})" if guard else "")
     return f"UPDATE {quote(meta.db_table)} SET {assignments} WHERE {where}", fields
-
-
-def update(queryset: QuerySet, changes: dict) -> Statement:
-    """Compile ``queryset.update(**changes)`` without running it."""
-    query = queryset.query.chain(UpdateQuery)
-    query.add_update_values(changes)
-    sql, params = query.get_compiler(queryset.db).as_sql()
-    return sql, tuple(params)
 
 
 def execute_together(statements: list[Statement], *, using: str = "default") -> int:

@@ -40,8 +40,8 @@ def attempt_row(delivery: Delivery, **fields) -> DeliveryAttempt:
 def test_all_statements_are_written_and_the_last_ones_rowcount_is_returned(delivery, vendor):
     writes = [
         statements.insert(attempt_row(delivery, status_code=204, address="10.0.0.7")),
-        statements.update(Endpoint.objects.filter(pk=delivery.endpoint_id), {"description": "x"}),
-        statements.update(Delivery.objects.filter(pk=delivery.pk), {"last_status_code": 204}),
+        statements.update_row(Endpoint, delivery.endpoint_id, {"description": "x"}),
+        statements.update_row(Delivery, delivery.pk, {"last_status_code": 204}),
     ]
     with CaptureQueriesContext(connection) as queries:
         assert statements.execute_together(writes) == 1
@@ -59,7 +59,7 @@ def test_all_statements_are_written_and_the_last_ones_rowcount_is_returned(deliv
 def test_nothing_is_written_when_one_statement_fails(delivery, vendor):
     writes = [
         statements.insert(attempt_row(delivery)),
-        statements.update(Delivery.objects.filter(pk=delivery.pk), {"status": "lost"}),
+        statements.update_row(Delivery, delivery.pk, {"status": "lost"}),
     ]
     with pytest.raises(IntegrityError), transaction.atomic():
         statements.execute_together(writes)
@@ -68,7 +68,7 @@ def test_nothing_is_written_when_one_statement_fails(delivery, vendor):
 
 
 def test_a_statement_that_matches_nothing_returns_zero(delivery, vendor):
-    writes = [statements.update(Delivery.objects.filter(pk=delivery.pk + 1000), {"replays": 1})]
+    writes = [statements.update_row(Delivery, delivery.pk + 1000, {"replays": 1})]
     assert statements.execute_together(writes) == 0
 
 

@@ -102,16 +102,6 @@ def test_without_a_race_the_last_end_releases_and_the_first_does_not():
         assert callback.status == (S.QUEUED if job is second else S.WAITING)
 
 
-def _lock_waits() -> int:
-    """How many transactions of the test database wait on a lock."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT count(*) FROM pg_stat_activity "
-            "WHERE datname = current_database() AND wait_event_type = 'Lock'"
-        )
-        return cursor.fetchone()[0]
-
-
 def test_a_workflow_cancel_and_a_members_end_at_once_do_not_deadlock():
     """The cancel locks the workflow's unfinished rows in id order, as ends do (their own row,
     then their dependants'). Here it waits on the first member, held elsewhere, while a chunk
@@ -140,12 +130,6 @@ def test_a_workflow_cancel_and_a_members_end_at_once_do_not_deadlock():
         thread.start()
         return thread
 
-    def hold_first():
-        with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute("SELECT id FROM jobs_job WHERE id = %s FOR UPDATE", [first.pk])
-            held.set()
-            let_go.wait(15)
-
     def end_last():
         job = claimed[-1]
         ran = statements.Success(job, "1", job.started_at, job.started_at)
@@ -153,14 +137,15 @@ def test_a_workflow_cancel_and_a_members_end_at_once_do_not_deadlock():
             [ran], job.pk, 0, plan=None, task=job.task, worker="hand/1"
         )
 
-    holder = in_thread(hold_first)
-    held.wait(10)
+    holder = threading.Thread(target=_hold_lock, args=(first.pk, held, let_go))
+    holder.start()
+    assert held.wait(timeout=10)
     cancel = in_thread(lambda: workflow_cancel(flow.pk, actor="op"))
-    wait_until(lambda: _lock_waits() >= 1 or None, timeout=10, message="the cancel to wait")
+    wait_until(lambda: _waiting_on_locks() >= 1 or None, timeout=10, message="the cancel to wait")
     end = in_thread(end_last)
     # The end waits on the cancel, or (not needing a row the cancel holds) is done at once.
     wait_until(
-        lambda: _lock_waits() >= 2 or not end.is_alive() or None,
+        lambda: _waiting_on_locks() >= 2 or not end.is_alive() or None,
         timeout=10,
         message="the end to wait or finish",
     )
