@@ -22,7 +22,7 @@ from functools import partial
 from django.db import connection, transaction
 from django.utils import timezone
 
-from jobs import attempts, conf, limiter, limits, statements
+from jobs import attempts, claim_at_once, conf, limiter, limits, statements
 from jobs.models import Job, JobReason, JobStatus, QueueState, TaskState
 from jobs.outcome import Decision
 from jobs.publish import publish_on_commit
@@ -123,6 +123,8 @@ def succeed_many_and_claim(
             successes, job_id, task=task, worker=worker, count=count
         )
         return _settled(successes, ended, rings=True), claimed
+    if plan is not None and claim_at_once.applies(plan) and not _any_workflow(successes):
+        return _succeed_many_and_claim_at_once(successes, job_id, count, plan, task, worker)
     with transaction.atomic():
         if plan is None:  # still one statement for both
             holds = None
@@ -141,6 +143,29 @@ def succeed_many_and_claim(
         _advance(*(success.job for success in successes if success.job.pk in ended))
         _ring_for([success.job for success in successes if success.job.pk in ended], holds)
     return _settled(successes, ended, rings=False), claimed
+
+
+def _succeed_many_and_claim_at_once(successes, job_id, count, plan, task, worker):
+    """``succeed_many_and_claim`` under limits decided in SQL: the successes, the lock and
+    the claim in one message and one transaction (jobs.claim_at_once)."""
+    claimed = claim_at_once.claim(
+        plan,
+        job_id,
+        task=task,
+        worker=worker,
+        count=count,
+        before=statements.successes_statement(successes),
+    )
+    ended = {row[0] for row in claimed.before}
+    if claimed.locked:
+        jobs = claimed.jobs
+        holds = limiter.Holds(claimed.queue, claimed.queue_held, claimed.task_held)
+    else:  # a state row was missing: the successes are written; claim as the limiter does
+        with transaction.atomic():
+            jobs, holds = limiter.claim_reading_holds(
+                plan, job_id, task=task, worker=worker, count=count
+            )
+    return _settled(successes, ended, rings=True, holds=holds), jobs
 
 
 def succeed_many(successes: list[statements.Success]) -> list[tuple[Job, bool]]:

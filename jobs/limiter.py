@@ -29,7 +29,7 @@ from functools import cache
 from django.db import connection, transaction
 from django.utils import timezone
 
-from jobs import conf, limits, statements
+from jobs import claim_at_once, conf, limits, statements
 from jobs.limits import Limit, Rate
 from jobs.models import PENDING, Job, JobStatus, LimitKeyState, QueueState, TaskState
 from jobs.publish import SCHEDULE_HORIZON_SECONDS, publish_on_commit
@@ -74,6 +74,10 @@ def claim(plan: Plan, job_id: int, *, task: str, worker: str, only: int | None =
     ``only``: that job or nothing. ``job_id`` is the job the message names (rung again if a
     rate window holds it).
     """
+    if claim_at_once.applies(plan):
+        claimed = claim_at_once.claim(plan, job_id, task=task, worker=worker, only=only)
+        if claimed.locked:
+            return claimed.jobs[0] if claimed.jobs else None
     with transaction.atomic():
         jobs = _claim(plan, job_id, task, worker, only, 1)[0]
     return jobs[0] if jobs else None
@@ -144,26 +148,13 @@ def _claim(plan: Plan, job_id: int, task: str, worker: str, only: int | None, co
     return jobs, holds
 
 
-@cache
-def _lock_sql(vendor: str, exclusive_queue: bool) -> str:
-    lock = ""
-    if vendor == "postgresql":
-        lock = f"FOR {'UPDATE' if exclusive_queue else 'KEY SHARE'} OF q FOR UPDATE OF t"
-    return (
-        "SELECT j.queue, q.paused_at IS NOT NULL OR t.paused_at IS NOT NULL, t.starts, "
-        "q.held_at IS NOT NULL, t.held_at IS NOT NULL "
-        f"FROM {TABLE} j JOIN {STATE_TABLE} q ON q.name = j.queue "
-        f"JOIN {TASK_STATE_TABLE} t ON t.name = %s WHERE j.id = %s {lock}"
-    )
-
-
 def _lock(job_id: int, task: str, *, exclusive_queue: bool):
     """Lock the job's queue's state row and the task's; return (queue, paused, starts, holds).
 
     One statement when both rows exist (every worker makes them at start); a missing one is
     made first. None if the job is gone.
     """
-    sql = _lock_sql(connection.vendor, exclusive_queue)
+    sql = statements.limited_lock_sql(connection.vendor, exclusive_queue)
     with connection.cursor() as cursor:
         cursor.execute(sql, [task, job_id])
         row = cursor.fetchone()

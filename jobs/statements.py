@@ -73,6 +73,22 @@ WHERE queue = (SELECT queue FROM target) AND task = %s
     AND NOT EXISTS (SELECT 1 FROM task_state WHERE paused_at IS NOT NULL) {{exclude}} {{only}}
 ORDER BY priority DESC, run_after, id
 LIMIT %s"""
+# A limited claim's lock (jobs.limiter): the queue's state row (FOR UPDATE if the queue has
+# a concurrency limit, else FOR KEY SHARE, as a pause expects) and the task's (FOR UPDATE),
+# read with the job's queue, the pause, the task's rate window and the refusal marks.
+@cache
+def limited_lock_sql(vendor: str, exclusive_queue: bool) -> str:
+    lock = ""
+    if vendor == "postgresql":
+        lock = f"FOR {'UPDATE' if exclusive_queue else 'KEY SHARE'} OF q FOR UPDATE OF t"
+    return (
+        "SELECT j.queue, q.paused_at IS NOT NULL OR t.paused_at IS NOT NULL, t.starts, "
+        "q.held_at IS NOT NULL, t.held_at IS NOT NULL "
+        f"FROM {TABLE} j JOIN {STATE_TABLE} q ON q.name = j.queue "
+        f"JOIN {TASK_STATE_TABLE} t ON t.name = %s WHERE j.id = %s {lock}"
+    )
+
+
 SET_RUNNING = f"""
 UPDATE {TABLE} SET status = '{S.RUNNING}', attempts = attempts + 1, lease_expires_at = %s,
     locked_by = %s, publish_count = 0, updated_at = %s, started_at = %s"""
@@ -358,16 +374,21 @@ def end_successes_reading_marks(
     """``end_successes`` on PostgreSQL, one statement that also reads the refusal marks of
     ``task`` and ``queue`` (None: not limited, not read); return the ids ended and whether
     each was marked."""
-    now = timezone.now()
-    if len(successes) == 1:
-        update = f"{_end_sql('postgresql')} RETURNING id"
-        params = _end_params(successes[0].job, _succeeded(successes[0]), now)
-    else:
-        update, params = _successes_sql(), _successes_params(successes, now)
+    update, params = successes_statement(successes)
     with connection.cursor() as cursor:
         cursor.execute(_READING_MARKS.replace("{update}", update), [*params, queue, task])
         ids, queue_held, task_held = cursor.fetchone()
     return set(ids), bool(task_held), bool(queue_held)
+
+
+def successes_statement(successes: list[Success]) -> tuple[str, list]:
+    """The UPDATE (PostgreSQL) that writes ``successes`` and returns the ids of the runs it
+    ended, with its parameters: ``_END`` for one (scalars bind faster), arrays for more."""
+    now = timezone.now()
+    if len(successes) == 1:
+        update = f"{_end_sql('postgresql')} RETURNING id"
+        return update, _end_params(successes[0].job, _succeeded(successes[0]), now)
+    return _successes_sql(), _successes_params(successes, now)
 
 
 def end_successes_and_claim(
