@@ -118,9 +118,7 @@ def _pick(plan, job_id, task, worker, count, only, now) -> tuple[str, list]:
         params += [concurrency, concurrency]
     rules = ""
     if key_concurrency:
-        rules = (
-            f"AND ({RUNNING} AND r.task = j.task AND r.limit_key = j.limit_key) < %s "
-        )
+        rules = f"AND ({RUNNING} AND r.task = j.task AND r.limit_key = j.limit_key) < %s "
     pick = (
         f"SELECT j.id FROM {TABLE} j WHERE j.queue = (SELECT queue FROM n) AND j.task = %s "
         f"AND j.status IN ('{S.QUEUED}', '{S.RETRYING}') AND j.run_after <= %s "

@@ -73,6 +73,8 @@ WHERE queue = (SELECT queue FROM target) AND task = %s
     AND NOT EXISTS (SELECT 1 FROM task_state WHERE paused_at IS NOT NULL) {{exclude}} {{only}}
 ORDER BY priority DESC, run_after, id
 LIMIT %s"""
+
+
 # A limited claim's lock (jobs.limiter): the queue's state row (FOR UPDATE if the queue has
 # a concurrency limit, else FOR KEY SHARE, as a pause expects) and the task's (FOR UPDATE),
 # read with the job's queue, the pause, the task's rate window and the refusal marks.

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.usefixtures("allow_private")
 
 
 @pytest.mark.django_db(transaction=True)  # autocommit, as in a worker: BEGIN/COMMIT counted
-def test_a_successful_delivery_costs_seven_sql_statements(receiver):
+def test_a_successful_delivery_costs_four_sql_messages(receiver):
     endpoint = services.endpoint_create(url=receiver.url(), topics=["job.dead"])
     Endpoint.objects.filter(pk=endpoint.pk).update(consecutive_dead=3)
     (delivery,) = notify("job.dead", {"job_id": 1}).deliveries.all()
@@ -25,19 +25,20 @@ def test_a_successful_delivery_costs_seven_sql_statements(receiver):
         deliver(delivery.job_id)
 
     statements = [(q["sql"].split()[0], q["sql"]) for q in queries.captured_queries]
-    # The claim under the per-endpoint limit (jobs.limiter): a transaction that locks the
-    # queue's and the task's state rows in one statement, then claims the best job whose
-    # endpoint has room. Then the read of delivery + event + endpoint, the attempt row written
-    # with the delivery's move and the endpoint's reset in one statement, and the job's
-    # completion, which reads the task's held mark in its own statement (a slot is free: ring
-    # only if a claim was refused).
+    # The claim under the per-endpoint limit (jobs.claim_at_once): one message, one implicit
+    # transaction, that locks the queue's and the task's state rows and then, in a statement
+    # of its own, claims the best job whose endpoint has room. Then the read of delivery +
+    # event + endpoint, the attempt row written with the delivery's move and the endpoint's
+    # reset in one statement, and the job's completion, which reads the task's held mark in
+    # its own statement (a slot is free: ring only if a claim was refused).
     kinds = [kind for kind, _ in statements]
-    assert kinds == ["BEGIN", "SELECT", "UPDATE", "COMMIT", "SELECT", "WITH", "WITH"]
-    assert "jobs_taskstate" in statements[1][1] and "FOR UPDATE OF" in statements[1][1]
-    assert "jobs_job" in statements[2][1] and "jobs_job" in statements[6][1]
-    assert "held_at" in statements[6][1] and "jobs_taskstate" in statements[6][1]
-    assert "FOR KEY SHARE" in statements[6][1]  # waits for a claim deciding a refusal
-    record = statements[5][1]
+    assert kinds == ["SELECT", "SELECT", "WITH", "WITH"]
+    lock, claim = statements[0][1].split("; ", 1)
+    assert "jobs_taskstate" in lock and "FOR UPDATE OF t" in lock
+    assert "UPDATE jobs_job" in claim and "limit_key" in claim
+    assert "held_at" in statements[3][1] and "jobs_taskstate" in statements[3][1]
+    assert "FOR KEY SHARE" in statements[3][1]  # waits for a claim deciding a refusal
+    record = statements[2][1]
     for table in ("webhooks_deliveryattempt", "webhooks_endpoint", "webhooks_delivery"):
         assert f'"{table}"' in record
 

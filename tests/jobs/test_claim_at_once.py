@@ -1,0 +1,173 @@
+"""A limited claim in one message (jobs.claim_at_once): the same decisions as the limiter's
+statement-at-a-time path, taken under the lock, with no client round trip inside it."""
+
+import threading
+
+import pytest
+from django.db import connection, connections, transaction
+from django.test.utils import CaptureQueriesContext, override_settings
+from django.utils import timezone
+
+from jobs import claim_at_once, completer, limiter, queues, services, statements, task_states
+from jobs.limits import Limit
+from jobs.models import Job, JobStatus, QueueState, TaskState
+
+S = JobStatus
+PATHS = {
+    # the statement-at-a-time path, as SQLite and limits with rates take it
+    "limiter": lambda plan, job_id, worker, count: limiter.claim_reading_holds(
+        plan, job_id, task="jobs.noop", worker=worker, count=count
+    )[0],
+    "at_once": lambda plan, job_id, worker, count: (
+        claim_at_once.claim(plan, job_id, task="jobs.noop", worker=worker, count=count).jobs
+    ),
+}
+
+
+def _states():
+    queues.ensure_states()
+    task_states.ensure_states()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("path", sorted(PATHS))
+def test_a_chunk_under_a_slot_limit_is_cut_and_marked_the_same_way_on_both_paths(path):
+    _states()
+    claim = PATHS[path]
+    plan = limiter.Plan(limit=Limit(concurrency=12))
+    jobs = [services.enqueue("jobs.noop", {}) for _ in range(14)]
+    with transaction.atomic():
+        assert [j.pk for j in claim(plan, jobs[0].pk, "w/1", 1)] == [jobs[0].pk]
+    taken = []
+    for worker in ("w/2", "w/3", "w/4", "w/5", "w/6", "w/7", "w/8", "w/9"):
+        with transaction.atomic():
+            taken.append([j.pk for j in claim(plan, jobs[0].pk, worker, 5)])
+    # 11 free: a chunk of 5; 6 free: one at a time, the rest left to other workers; full
+    assert taken[0] == [j.pk for j in jobs[1:6]] and taken[1] == [jobs[6].pk]
+    assert [len(t) for t in taken[2:]] == [1, 1, 1, 1, 1, 0]
+    assert Job.objects.filter(status=S.RUNNING).count() == 12
+    assert TaskState.objects.get(name="jobs.noop").held_at is not None  # a slot will ring
+    assert QueueState.objects.get(name="default").held_at is None
+
+
+@pytest.mark.django_db(transaction=True)
+@override_settings(CONVEYOR_QUEUE_CONCURRENCY={"default": 2})
+def test_a_queue_limit_refuses_the_third_and_marks_the_queue_not_the_task():
+    _states()
+    plan = limiter.Plan(queue_limit=2)
+    jobs = [services.enqueue("jobs.noop", {}) for _ in range(3)]
+    first = claim_at_once.claim(plan, jobs[0].pk, task="jobs.noop", worker="w/1", count=5)
+    assert [j.pk for j in first.jobs] == [jobs[0].pk]  # 2 free: not twice the chunk, one
+    assert first.locked and not first.queue_held and first.queue == "default"
+    assert len(claim_at_once.claim(plan, jobs[0].pk, task="jobs.noop", worker="w/2").jobs) == 1
+    refused = claim_at_once.claim(plan, jobs[0].pk, task="jobs.noop", worker="w/3")
+    assert refused.jobs == [] and refused.locked
+    assert QueueState.objects.get(name="default").held_at is not None
+    assert TaskState.objects.get(name="jobs.noop").held_at is None
+    again = claim_at_once.claim(plan, jobs[0].pk, task="jobs.noop", worker="w/3")
+    assert again.queue_held  # the lock read the mark the refusal left
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_paused_queue_or_task_starts_nothing_and_marks_nothing():
+    _states()
+    plan = limiter.Plan(limit=Limit(concurrency=5))
+    job = services.enqueue("jobs.noop", {})
+    for model, name in ((QueueState, "default"), (TaskState, "jobs.noop")):
+        model.objects.filter(name=name).update(paused_at=timezone.now())
+        claimed = claim_at_once.claim(plan, job.pk, task="jobs.noop", worker="w/1")
+        assert claimed.jobs == [] and claimed.locked
+        model.objects.filter(name=name).update(paused_at=None)
+    assert not TaskState.objects.filter(held_at__isnull=False).exists()
+    assert not QueueState.objects.filter(held_at__isnull=False).exists()
+    assert claim_at_once.claim(plan, job.pk, task="jobs.noop", worker="w/1").jobs == [job]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_per_key_slots_refuse_a_busy_tenant_and_mark_the_task():
+    _states()
+    plan = limiter.Plan(limit=Limit(key=("tenant",), key_concurrency=1))
+    a = services.enqueue("jobs.noop", {"tenant": "a"})
+    a2 = services.enqueue("jobs.noop", {"tenant": "a"})
+    Job.objects.filter(pk__in=[a.pk, a2.pk]).update(limit_key="a")
+    assert claim_at_once.claim(plan, a.pk, task="jobs.noop", worker="w/1", count=5).jobs == [a]
+    assert TaskState.objects.get(name="jobs.noop").held_at is None
+    assert claim_at_once.claim(plan, a2.pk, task="jobs.noop", worker="w/2").jobs == []
+    assert TaskState.objects.get(name="jobs.noop").held_at is not None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_missing_state_row_is_made_and_the_claim_still_happens():
+    plan = limiter.Plan(limit=Limit(concurrency=5))
+    job = services.enqueue("jobs.noop", {})
+    TaskState.objects.filter(name="jobs.noop").delete()
+    assert claim_at_once.claim(plan, job.pk, task="jobs.noop", worker="w/1").locked is False
+    assert Job.objects.get(pk=job.pk).status == S.QUEUED  # nothing claimed without the lock
+    assert limiter.claim(plan, job.pk, task="jobs.noop", worker="w/1") == job  # made, claimed
+    assert TaskState.objects.filter(name="jobs.noop").exists()
+
+
+@pytest.mark.django_db(transaction=True)  # autocommit, as in a worker: BEGIN/COMMIT counted
+def test_a_limited_chunks_successes_and_next_claim_are_one_message_and_one_transaction():
+    _states()
+    plan = limiter.Plan(limit=Limit(concurrency=50))
+    jobs = [services.enqueue("jobs.noop", {}) for _ in range(6)]
+    running = limiter.claim_reading_holds(
+        plan, jobs[0].pk, task="jobs.noop", worker="w/1", count=3
+    )[0]
+    now = timezone.now()
+    ran = [statements.Success(job, "null", now, now) for job in running]
+    with CaptureQueriesContext(connection) as queries:
+        settled, claimed = completer.succeed_many_and_claim(
+            ran, jobs[0].pk, 3, plan=plan, task="jobs.noop", worker="w/1"
+        )
+    assert len(queries.captured_queries) == 1  # no BEGIN, no COMMIT: one implicit transaction
+    sql = queries.captured_queries[0]["sql"]
+    assert "FOR UPDATE OF t" in sql and sql.count("jobs_job") > 3
+    assert [job.pk for job, ok in settled if ok] == [job.pk for job in running]
+    assert sorted(job.pk for job in claimed) == [job.pk for job in jobs[3:6]]
+    assert Job.objects.filter(status=S.SUCCEEDED).count() == 3
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_count_is_read_after_the_lock_so_a_claim_committed_meanwhile_is_counted():
+    """A claim waiting on the lock counts, once granted, the run whose claim held it: the pick
+    is a statement of its own, its snapshot taken after the lock (were the count taken with
+    the lock, in one statement, it would miss that run and exceed the limit)."""
+    _states()
+    plan = limiter.Plan(limit=Limit(concurrency=1))
+    first, second = (services.enqueue("jobs.noop", {}) for _ in range(2))
+    holder = connections.create_connection("default")
+    answer = {}
+    try:
+        holder.set_autocommit(False)
+        with holder.cursor() as cursor:
+            cursor.execute(
+                f"SELECT 1 FROM {statements.TASK_STATE_TABLE} WHERE name = %s FOR UPDATE",
+                ["jobs.noop"],
+            )
+            cursor.execute(
+                f"UPDATE {statements.TABLE} SET status = 'running', locked_by = 'w/0' "
+                "WHERE id = %s",
+                [first.pk],
+            )
+
+        def claim():
+            try:
+                answer["jobs"] = claim_at_once.claim(
+                    plan, second.pk, task="jobs.noop", worker="w/1"
+                ).jobs
+            finally:
+                connection.close()
+
+        waiting = threading.Thread(target=claim)
+        waiting.start()
+        waiting.join(1)
+        assert waiting.is_alive()  # it waits for the lock
+        holder.commit()
+        waiting.join(30)
+    finally:
+        holder.close()
+    assert answer["jobs"] == []  # the run committed meanwhile fills the one slot
+    assert Job.objects.get(pk=second.pk).status == S.QUEUED
+    assert TaskState.objects.get(name="jobs.noop").held_at is not None
