@@ -78,17 +78,32 @@ class Runner:
 
 
 def run(task: Runner, ids: list[int], *, worker: str, plan: limiter.Plan | None) -> None:
-    """Run the message's ``ids`` doorbells (see the module doc)."""
-    wanted, ran = len(ids), _Ran()
+    """Run the message's ``ids`` doorbells (see the module doc).
+
+    Jobs of the same task and queue that the message's ends released (a workflow's next
+    step or callback) are run by it too, as if the message named them: their own doorbells
+    would reach a worker only once it is free (whichever claims first runs them).
+    """
+    wanted, ran, queue = len(ids), _Ran(), None
     try:
-        while wanted and not shutdown.requested():
-            anchor = ids[len(ids) - wanted]  # a job the message names: its queue's the claim's
-            count = chunk_size(task.name, wanted)
-            settled, claimed = _settle_and_claim(task, ran, anchor, count, plan, worker)
-            _tell(task, settled)
-            wanted = wanted - len(claimed) if claimed else 0  # none: nothing runnable now
-            ran = _run_chunk(task, claimed)
-        _tell(task, ran.write())
+        while wanted:
+            released: list[Job] = []
+            while wanted and not shutdown.requested():
+                anchor = ids[len(ids) - wanted]  # a job the message names: its queue's the claim's
+                count = chunk_size(task.name, wanted)
+                settled, claimed = _settle_and_claim(
+                    task, ran, anchor, count, plan, worker, released
+                )
+                _tell(task, settled)
+                wanted = wanted - len(claimed) if claimed else 0  # none: nothing runnable now
+                queue = queue or (claimed[0].queue if claimed else None)
+                ran = _run_chunk(task, claimed)
+            _tell(task, ran.write(released))
+            ran = _Ran()
+            if shutdown.requested():
+                break
+            ids = [job.pk for job in released if (job.task, job.queue) == (task.name, queue)]
+            wanted = len(ids)
     except BaseException:  # the database went away: the unwritten runs are the reaper's
         ran.written()
         raise
@@ -114,26 +129,35 @@ class _Ran:
             lease.untrack(ctx)
         self.successes, self.contexts = [], []
 
-    def write(self) -> list[tuple[Job, bool]]:
-        """Write the successes on their own (no claim after them)."""
-        settled = completer.succeed_many(self.successes)
+    def write(self, released: list[Job] | None = None) -> list[tuple[Job, bool]]:
+        """Write the successes on their own (no claim after them); ``released``: see
+        ``completer.succeed_many``."""
+        settled = completer.succeed_many(self.successes, released=released)
         self.written()
         return settled
 
 
-def _settle_and_claim(task: Runner, ran: _Ran, anchor: int, count: int, plan, worker: str):
+def _settle_and_claim(
+    task: Runner, ran: _Ran, anchor: int, count: int, plan, worker: str, released: list[Job]
+):
     """Write ``ran``'s successes and claim the next chunk; after a dropped connection (a
     database restart) write them on a new one, then claim: neither is lost with it. (Had the
     drop come after the commit, the chunk it claimed is left to its leases and the reaper.)"""
     try:
         settled, claimed = completer.succeed_many_and_claim(
-            ran.successes, anchor, count, plan=plan, task=task.name, worker=worker
+            ran.successes,
+            anchor,
+            count,
+            plan=plan,
+            task=task.name,
+            worker=worker,
+            released=released,
         )
         ran.written()
         return settled, claimed
     except (OperationalError, InterfaceError):
         connection.close()
-        settled = ran.write()
+        settled = ran.write(released)
         _, claimed = completer.succeed_many_and_claim(
             [], anchor, count, plan=plan, task=task.name, worker=worker
         )

@@ -107,6 +107,7 @@ def succeed_many_and_claim(
     plan: limiter.Plan | None,
     task: str,
     worker: str,
+    released: list[Job] | None = None,
 ) -> tuple[list[tuple[Job, bool]], list[Job]]:
     """Write a chunk's successes and claim up to ``count`` jobs for ``job_id``'s doorbell.
 
@@ -116,7 +117,8 @@ def succeed_many_and_claim(
     their slots free.
     Return each success's run as it ended with whether it succeeded (a cancel asked for
     meanwhile ends it cancelled; a run taken away is left out), and the jobs claimed, best
-    first.
+    first. ``released``: a list to add the jobs these ends released to (workflows'
+    dependants now queued: the claim came before their release and did not see them).
     """
     if plan is None and not _any_workflow(successes):
         ended, claimed = statements.end_successes_and_claim(
@@ -140,8 +142,10 @@ def succeed_many_and_claim(
                 plan, job_id, task=task, worker=worker, count=count
             )
         # Last before the commit: the dependants' row locks are held for as short as can be.
-        _advance(*(success.job for success in successes if success.job.pk in ended))
+        freed = _advance(*(success.job for success in successes if success.job.pk in ended))
         _ring_for([success.job for success in successes if success.job.pk in ended], holds)
+    if released is not None:
+        released.extend(freed)
     return _settled(successes, ended, rings=False), claimed
 
 
@@ -168,8 +172,14 @@ def _succeed_many_and_claim_at_once(successes, job_id, count, plan, task, worker
     return _settled(successes, ended, rings=True, holds=holds), jobs
 
 
-def succeed_many(successes: list[statements.Success]) -> list[tuple[Job, bool]]:
-    """Write a chunk's successes with no claim after them (the message's last chunk)."""
+def succeed_many(
+    successes: list[statements.Success], *, released: list[Job] | None = None
+) -> list[tuple[Job, bool]]:
+    """Write a chunk's successes with no claim after them (the message's last chunk).
+
+    ``released`` (as for ``succeed_many_and_claim``): a list to add the jobs that these ends
+    released (workflows' dependants now queued) to.
+    """
     if not successes:
         return []
     if connection.vendor == "postgresql" and not _any_workflow(successes):  # one statement
@@ -185,8 +195,11 @@ def succeed_many(successes: list[statements.Success]) -> list[tuple[Job, bool]]:
         )
         return _settled(successes, ended, rings=True, holds=holds)
     with transaction.atomic():  # one per success elsewhere; a workflow's release with them
-        ended = _end_successes(successes)
+        ended = _end_successes(successes, advance=False)
+        freed = _advance(*(success.job for success in successes if success.job.pk in ended))
         _ring_for([success.job for success in successes if success.job.pk in ended])
+    if released is not None:
+        released.extend(freed)
     return _settled(successes, ended, rings=False)
 
 
@@ -294,12 +307,14 @@ def _cancelled_meanwhile(
     return done
 
 
-def _advance(*jobs: Job) -> None:
-    """Workflows' nodes ended: release what they unblock, in the transaction of their end."""
-    if any(job.workflow_id is not None for job in jobs):
-        from jobs.workflows.release import advance  # jobs.workflows imports the services
+def _advance(*jobs: Job) -> list[Job]:
+    """Workflows' nodes ended: release what they unblock, in the transaction of their end;
+    return the jobs released."""
+    if not any(job.workflow_id is not None for job in jobs):
+        return []
+    from jobs.workflows.release import advance  # jobs.workflows imports the services
 
-        advance(*jobs)
+    return advance(*jobs)
 
 
 def _ring_for(jobs: list[Job], holds: limiter.Holds | None = None) -> None:
