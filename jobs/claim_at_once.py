@@ -12,12 +12,20 @@ leave as one query string: psycopg's client-side binding sends it as one simple-
 message. Outside a transaction the server runs it as one implicit transaction: the locks
 are taken, the pick's statement takes its own snapshot after them (READ COMMITTED: one per
 statement), and the commit lets them go, with nothing waiting on the client in between.
-So everything the claim decides under the lock is SQL: a pause, the queue's limit, the
-task's concurrency, each key's, and the refusal marks (``held_at``) the next end reads.
-Limits with a rate or fairness keep state computed in Python and take jobs.limiter's path.
+Inside the caller's transaction (``atomic``) the locks are held to its commit, as on the
+statement-at-a-time path. Everything the claim decides under the lock is SQL: a pause, the
+queue's limit (``CONVEYOR_QUEUE_CONCURRENCY``), the task's concurrency, each key's, and the
+refusal marks (``held_at``) the next end reads. The pick takes its queue from the lock's
+statement, through a transaction-local setting (``QUEUE_SETTING``), so it claims, counts and
+marks in the queue whose row is locked even if the named job moved meanwhile.
+
+Limits with a rate or fairness keep state computed in Python, and server-side binding
+(``server_side_binding`` in the database options) allows one statement per message: both take
+jobs.limiter's statement-at-a-time path.
 """
 
 from dataclasses import dataclass
+from functools import cache
 
 from django.db import connection
 from django.utils import timezone
@@ -30,6 +38,11 @@ TABLE = statements.TABLE
 STATE_TABLE = statements.STATE_TABLE
 TASK_STATE_TABLE = statements.TASK_STATE_TABLE
 RUNNING = f"SELECT count(*) FROM {TABLE} r WHERE r.status = '{S.RUNNING}'"
+# The queue the lock's statement locked, for the pick's statement (local to the transaction;
+# emptied first, so a claim earlier in the same transaction leaves nothing behind).
+QUEUE_SETTING = "conveyor.claim_queue"
+_HAND_OVER = f"set_config('{QUEUE_SETTING}', j.queue, true)"
+_EMPTY = f"SELECT set_config('{QUEUE_SETTING}', '', true)"
 
 
 @dataclass(frozen=True)
@@ -39,17 +52,22 @@ class Claimed:
 
     before: list[tuple]
     jobs: list
-    locked: bool  # False: a state row is missing, nothing was claimed (jobs.limiter makes it)
+    # False: the lock read no row (the job is gone, or a state row is missing: jobs.limiter
+    # makes it) and nothing was claimed.
+    locked: bool
     queue: str = ""
     queue_held: bool = False
     task_held: bool = False
 
 
 def applies(plan) -> bool:
-    """Whether ``plan``'s claim can be decided in SQL alone: PostgreSQL, no rate, no fairness."""
-    limit = plan.limit
+    """Whether ``plan``'s claim can be decided in one message: PostgreSQL with client-side
+    binding, no rate, no fairness."""
     if connection.vendor != "postgresql":
         return False
+    if connection.settings_dict.get("OPTIONS", {}).get("server_side_binding"):
+        return False
+    limit = plan.limit
     return limit is None or not (limit.task_rate or limit.key_rate or limit.fair)
 
 
@@ -65,14 +83,19 @@ def claim(
 ) -> Claimed:
     """Claim up to ``count`` jobs of ``task`` in ``job_id``'s queue under ``plan``'s limits,
     in one message, after ``before`` (a statement and its parameters, in the same
-    transaction; written even when a state row is missing and nothing could be claimed).
+    transaction; written even when the lock reads no row and nothing is claimed).
     """
     if not plan.takes_chunks:  # a key's rule is checked per job: one at a time
         count = 1
-    now = timezone.now()
-    pick, pick_params = _pick(plan, job_id, task, worker, count, only, now)
-    lock = statements.limited_lock_sql("postgresql", plan.queue_limit is not None)
-    sql, params = f"{lock}; {pick}", [task, job_id, *pick_params]
+    limit = plan.limit
+    concurrency = limit.concurrency if limit is not None else None
+    key_concurrency = limit.key_concurrency if limit is not None else None
+    pick = _pick_sql(
+        plan.queue_limit is not None, bool(concurrency), bool(key_concurrency), only is not None
+    )
+    lock = statements.limited_lock_sql("postgresql", plan.queue_limit is not None, _HAND_OVER)
+    sql = f"{_EMPTY}; {lock}; {pick}"
+    params = [task, job_id, *_pick_params(plan, task, worker, count, only, timezone.now())]
     if before is not None:
         sql, params = f"{before[0]}; {sql}", [*before[1], *params]
     with connection.cursor() as cursor:
@@ -80,12 +103,15 @@ def claim(
         done = cursor.fetchall() if before is not None else []
         if before is not None:
             cursor.nextset()
+        cursor.nextset()  # past the emptied setting
         locked = cursor.fetchone()
         cursor.nextset()
-        rows = cursor.fetchall()
+        jobs = statements.in_claim_order(map(statements.job_from_row, cursor.fetchall()))
     if locked is None:
+        # A row the lock did not see (a state row made, a job moved, since the lock's
+        # snapshot) let the pick claim without it: give those back, untouched.
+        statements.hand_back(jobs)
         return Claimed(done, [], locked=False)
-    jobs = statements.in_claim_order(map(statements.job_from_row, rows))
     return Claimed(done, jobs, True, locked[0], bool(locked[3]), bool(locked[4]))
 
 
@@ -95,61 +121,49 @@ def _chunk(count: str, free: str) -> str:
     return f"CASE WHEN {free} >= 2 * {count} THEN {count} ELSE LEAST(1, GREATEST(0, {free})) END"
 
 
-def _pick(plan, job_id, task, worker, count, only, now) -> tuple[str, list]:
-    """The claim's statement: counts, the pick and the refusal marks, over the locked rows."""
-    limit = plan.limit
-    concurrency = limit.concurrency if limit is not None else None
-    key_concurrency = limit.key_concurrency if limit is not None else None
-    when = connection.ops.adapt_datetimefield_value
-    # What runs, read after the lock: the queue's and the task's counts.
-    state = ["j.queue", "q.paused_at IS NULL AND t.paused_at IS NULL AS unpaused"]
-    if plan.queue_limit is not None:
-        state.append(f"%s - ({RUNNING} AND r.queue = j.queue) AS queue_free")
-    if concurrency:
+@cache
+def _pick_sql(queue_limited: bool, task_limited: bool, key_limited: bool, only: bool) -> str:
+    """The claim's statement: the counts, the pick and the refusal marks, in the queue the
+    lock's statement locked. Its parameters, in order, are ``_pick_params``'s."""
+    state = ["q.name AS queue", "q.paused_at IS NULL AND t.paused_at IS NULL AS unpaused"]
+    if queue_limited:
+        state.append(f"%s - ({RUNNING} AND r.queue = q.name) AS queue_free")
+    if task_limited:
         state.append(f"({RUNNING} AND r.task = t.name) AS task_running")
-    params = [plan.queue_limit] if plan.queue_limit is not None else []
-    params += [task, job_id]
     # How many to take: the queue's free slots cut the chunk first, then the task's.
-    asked = _chunk("%s", "s.queue_free") if plan.queue_limit is not None else "%s"
-    params += [count, count] if plan.queue_limit is not None else [count]
-    take = "a.asked"
-    if concurrency:
-        take = _chunk("a.asked", "(%s - a.task_running)")
-        params += [concurrency, concurrency]
-    rules = ""
-    if key_concurrency:
-        rules = f"AND ({RUNNING} AND r.task = j.task AND r.limit_key = j.limit_key) < %s "
+    asked = _chunk("%s", "s.queue_free") if queue_limited else "%s"
+    take = _chunk("a.asked", "(%s - a.task_running)") if task_limited else "a.asked"
+    rule = (
+        f"AND ({RUNNING} AND r.task = j.task AND r.limit_key = j.limit_key) < %s "
+        if key_limited
+        else ""
+    )
     pick = (
         f"SELECT j.id FROM {TABLE} j WHERE j.queue = (SELECT queue FROM n) AND j.task = %s "
         f"AND j.status IN ('{S.QUEUED}', '{S.RETRYING}') AND j.run_after <= %s "
-        f"AND j.cancel_requested_at IS NULL {'AND j.id = %s ' if only is not None else ''}"
-        f"{rules}ORDER BY j.priority DESC, j.run_after, j.id "
+        f"AND j.cancel_requested_at IS NULL {'AND j.id = %s ' if only else ''}{rule}"
+        "ORDER BY j.priority DESC, j.run_after, j.id "
         "LIMIT COALESCE((SELECT take FROM n), 0) FOR UPDATE OF j SKIP LOCKED"
     )
-    pick_params = [task, when(now + statements.CLAIM_CLOCK_SKEW)]
-    pick_params += [only] if only is not None else []
-    pick_params += [key_concurrency] if key_concurrency else []
     ctes = [
-        "s AS MATERIALIZED (SELECT " + ", ".join(state) + f" FROM {TABLE} j "
-        f"JOIN {STATE_TABLE} q ON q.name = j.queue JOIN {TASK_STATE_TABLE} t ON t.name = %s "
-        "WHERE j.id = %s)",
+        f"s AS MATERIALIZED (SELECT {', '.join(state)} FROM {STATE_TABLE} q "
+        f"JOIN {TASK_STATE_TABLE} t ON t.name = %s "
+        f"WHERE q.name = NULLIF(current_setting('{QUEUE_SETTING}', true), ''))",
         f"a AS MATERIALIZED (SELECT s.*, CASE WHEN s.unpaused THEN {asked} ELSE 0 END AS asked "
         "FROM s)",
         f"n AS MATERIALIZED (SELECT a.*, {take} AS take FROM a)",
         f"claimed AS ({statements.SET_RUNNING.strip()} WHERE id = ANY(ARRAY({pick})) "
         f"RETURNING {statements.COLUMNS})",
     ]
-    params += [*statements.running_params(worker, now), *pick_params]
-    if plan.queue_limit is not None:  # refused for the queue's slots: the next end rings
+    if queue_limited:  # refused for the queue's slots: the next end rings
         ctes.append(
             f"queue_mark AS (UPDATE {STATE_TABLE} SET held_at = %s "
             "WHERE name = (SELECT queue FROM n WHERE unpaused AND queue_free <= 0))"
         )
-        params.append(when(now))
     refused = []
-    if concurrency:  # the task's slots ran out before the chunk was whole
+    if task_limited:  # the task's slots ran out before the chunk was whole
         refused.append("(got < n.asked AND n.task_running + got >= %s)")
-    if key_concurrency:  # its keys' slots may be what holds it
+    if key_limited:  # its keys' slots may be what holds it
         refused.append("got = 0")
     if refused:
         ctes.append(
@@ -157,6 +171,24 @@ def _pick(plan, job_id, task, worker, count, only, now) -> tuple[str, list]:
             "AND EXISTS (SELECT 1 FROM n, (SELECT count(*) AS got FROM claimed) c "
             f"WHERE n.asked > 0 AND ({' OR '.join(refused)})))"
         )
+    return f"WITH {', '.join(ctes)} SELECT * FROM claimed"
+
+
+def _pick_params(plan, task: str, worker: str, count: int, only: int | None, now) -> list:
+    """``_pick_sql``'s parameters, in the order its placeholders come."""
+    limit = plan.limit
+    concurrency = limit.concurrency if limit is not None else None
+    key_concurrency = limit.key_concurrency if limit is not None else None
+    when = connection.ops.adapt_datetimefield_value
+    params = [plan.queue_limit] if plan.queue_limit is not None else []  # s: queue_free
+    params.append(task)  # s: the task's state row
+    params += [count, count] if plan.queue_limit is not None else [count]  # a: asked
+    params += [concurrency, concurrency] if concurrency else []  # n: take
+    params += [*statements.running_params(worker, now), task]  # claimed: SET, the pick
+    params.append(when(now + statements.CLAIM_CLOCK_SKEW))
+    params += [only] if only is not None else []
+    params += [key_concurrency] if key_concurrency else []
+    params += [when(now)] if plan.queue_limit is not None else []  # queue_mark
+    if concurrency or key_concurrency:  # task_mark
         params += [when(now), task] + ([concurrency] if concurrency else [])
-    sql = f"WITH {', '.join(ctes)} SELECT * FROM claimed"
-    return sql, params
+    return params

@@ -158,7 +158,7 @@ def _succeed_many_and_claim_at_once(successes, job_id, count, plan, task, worker
         task=task,
         worker=worker,
         count=count,
-        before=statements.successes_statement(successes),
+        before=statements.successes_statement(successes) if successes else None,
     )
     ended = {row[0] for row in claimed.before}
     if claimed.locked:

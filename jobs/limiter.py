@@ -37,8 +37,6 @@ from jobs.publish import SCHEDULE_HORIZON_SECONDS, publish_on_commit
 S = JobStatus
 TABLE = statements.TABLE
 KEY_TABLE = LimitKeyState._meta.db_table
-STATE_TABLE = QueueState._meta.db_table
-TASK_STATE_TABLE = TaskState._meta.db_table
 
 
 @dataclass(frozen=True)

@@ -78,13 +78,14 @@ LIMIT %s"""
 # A limited claim's lock (jobs.limiter): the queue's state row (FOR UPDATE if the queue has
 # a concurrency limit, else FOR KEY SHARE, as a pause expects) and the task's (FOR UPDATE),
 # read with the job's queue, the pause, the task's rate window and the refusal marks.
+# ``queue``: the expression that answers the queue (jobs.claim_at_once hands it on).
 @cache
-def limited_lock_sql(vendor: str, exclusive_queue: bool) -> str:
+def limited_lock_sql(vendor: str, exclusive_queue: bool, queue: str = "j.queue") -> str:
     lock = ""
     if vendor == "postgresql":
         lock = f"FOR {'UPDATE' if exclusive_queue else 'KEY SHARE'} OF q FOR UPDATE OF t"
     return (
-        "SELECT j.queue, q.paused_at IS NOT NULL OR t.paused_at IS NOT NULL, t.starts, "
+        f"SELECT {queue}, q.paused_at IS NOT NULL OR t.paused_at IS NOT NULL, t.starts, "
         "q.held_at IS NOT NULL, t.held_at IS NOT NULL "
         f"FROM {TABLE} j JOIN {STATE_TABLE} q ON q.name = j.queue "
         f"JOIN {TASK_STATE_TABLE} t ON t.name = %s WHERE j.id = %s {lock}"

@@ -1,10 +1,13 @@
 """A limited claim in one message (jobs.claim_at_once): the same decisions as the limiter's
 statement-at-a-time path, taken under the lock, with no client round trip inside it."""
 
+import itertools
+import random
 import threading
+import time
 
 import pytest
-from django.db import connection, connections, transaction
+from django.db import DataError, connection, connections, transaction
 from django.test.utils import CaptureQueriesContext, override_settings
 from django.utils import timezone
 
@@ -171,3 +174,191 @@ def test_the_count_is_read_after_the_lock_so_a_claim_committed_meanwhile_is_coun
     assert answer["jobs"] == []  # the run committed meanwhile fills the one slot
     assert Job.objects.get(pk=second.pk).status == S.QUEUED
     assert TaskState.objects.get(name="jobs.noop").held_at is not None
+
+
+def _old_path(plan, job_id, worker, count, only):
+    with transaction.atomic():
+        jobs, holds = limiter._claim(plan, job_id, "jobs.noop", worker, only, count)
+    return [j.pk for j in jobs], holds
+
+
+def _one_message(plan, job_id, worker, count, only):
+    claimed = claim_at_once.claim(
+        plan, job_id, task="jobs.noop", worker=worker, count=count, only=only
+    )
+    assert claimed.locked
+    holds = limiter.Holds(claimed.queue, claimed.queue_held, claimed.task_held)
+    return [j.pk for j in claimed.jobs], holds
+
+
+@pytest.mark.django_db(transaction=True)
+def test_both_paths_decide_the_same_over_every_mix_of_limits_pauses_and_chunks():
+    """The one message against the statement-at-a-time path, step by step: the same jobs
+    claimed, the same rows running, the same marks, over queue limits, task and key
+    concurrency, pauses, chunk sizes and exact claims (the order of the positional
+    parameters is where they could drift apart)."""
+    queues.ensure_states(["default", "other"])
+    task_states.ensure_states()
+    rng = random.Random(7)
+    jobs = [services.enqueue("jobs.noop", {}) for _ in range(16)]
+    elsewhere = services.enqueue("jobs.noop", {}, queue="other")  # the task, another queue
+    ids = [job.pk for job in jobs] + [elsewhere.pk]
+    for job in jobs:
+        Job.objects.filter(pk=job.pk).update(
+            limit_key=rng.choice("abc"), priority=rng.randint(0, 2)
+        )
+    mixes = itertools.product(
+        [None, 1, 3, 7], [None, 1, 4, 9], [None, 1, 2], ["", "queue", "task"], [1, 3], [0, 1]
+    )
+    compared = 0
+    for queue_limit, concurrency, key_concurrency, paused, count, exact in mixes:
+        if not (queue_limit or concurrency or key_concurrency) or rng.random() < 0.5:
+            continue  # half of the mixes, the same half every run
+        limit = None
+        if concurrency or key_concurrency:
+            key = ("tenant",) if key_concurrency else None
+            limit = Limit(concurrency=concurrency, key=key, key_concurrency=key_concurrency)
+        plan = limiter.Plan(queue_limit=queue_limit, limit=limit)
+        running = rng.sample(ids[:16], rng.randint(0, 6)) + [elsewhere.pk]
+        steps = [rng.choice(ids[:16]) for _ in range(5)]
+        seen = {}
+        for name, path in (("limiter", _old_path), ("one message", _one_message)):
+            Job.objects.filter(pk__in=ids).update(status=S.QUEUED, locked_by="", attempts=0)
+            Job.objects.filter(pk__in=running).update(status=S.RUNNING, locked_by="before")
+            QueueState.objects.update(held_at=None, paused_at=None)
+            TaskState.objects.update(held_at=None, paused_at=None)
+            if paused == "queue":
+                QueueState.objects.filter(name="default").update(paused_at=timezone.now())
+            elif paused == "task":
+                TaskState.objects.filter(name="jobs.noop").update(paused_at=timezone.now())
+            seen[name] = []
+            for step, job_id in enumerate(steps):
+                claimed = path(plan, job_id, f"w/{step}", count, job_id if exact else None)
+                rows = Job.objects.filter(pk__in=ids).order_by("pk")
+                seen[name].append(
+                    (
+                        claimed,
+                        list(rows.values_list("status", "locked_by")),
+                        QueueState.objects.get(name="default").held_at is not None,
+                        TaskState.objects.get(name="jobs.noop").held_at is not None,
+                    )
+                )
+        assert seen["limiter"] == seen["one message"], (queue_limit, concurrency, paused)
+        compared += 1
+    assert compared > 100
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_job_claimed_without_the_lock_is_given_back_and_the_limiter_claims_it(monkeypatch):
+    """The lock reads no task state row, but one is made before the pick's snapshot (another
+    worker starting): the pick claims without the lock. That claim is given back untouched,
+    and the limiter's own path (which makes missing rows) claims the job."""
+    queues.ensure_states()
+    plan = limiter.Plan(limit=Limit(concurrency=1))
+    first = services.enqueue("jobs.noop", {})
+    TaskState.objects.filter(name="jobs.noop").delete()
+    slow_lock = statements.limited_lock_sql
+    monkeypatch.setattr(  # the time between the two statements, made long
+        statements,
+        "limited_lock_sql",
+        lambda *args: slow_lock(*args).replace(
+            "WHERE j.id = %s", "WHERE j.id = %s AND (SELECT true FROM pg_sleep(1))"
+        ),
+    )
+    answer = {}
+
+    def claim():
+        try:
+            answer["job"] = limiter.claim(plan, first.pk, task="jobs.noop", worker="w/A")
+        finally:
+            connection.close()
+
+    claiming = threading.Thread(target=claim)
+    claiming.start()
+    time.sleep(0.4)
+    task_states.ensure_states(["jobs.noop"])
+    claiming.join(30)
+    assert answer["job"] == first
+    row = Job.objects.get(pk=first.pk)
+    assert (row.status, row.locked_by, row.attempts) == (S.RUNNING, "w/A", 1)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_job_moved_while_its_claim_waits_leaves_the_claim_in_the_queue_it_locked():
+    """The pick takes its queue from the lock's statement, not from the named job again: a
+    job moved to another queue meanwhile (deployments' routing) does not make it count,
+    claim or mark in a queue whose row it does not hold."""
+    queues.ensure_states(["default", "other"])
+    task_states.ensure_states()
+    plan = limiter.Plan(queue_limit=1)
+    named = services.enqueue("jobs.noop", {})
+    waiting = services.enqueue("jobs.noop", {})
+    for _ in range(2):
+        services.enqueue("jobs.noop", {}, queue="other")
+    holder = connections.create_connection("default")
+    answer = {}
+    try:
+        holder.set_autocommit(False)
+        with holder.cursor() as cursor:
+            cursor.execute(
+                f"SELECT 1 FROM {statements.TASK_STATE_TABLE} WHERE name = %s FOR UPDATE",
+                ["jobs.noop"],
+            )
+
+        def claim():
+            try:
+                answer["claimed"] = claim_at_once.claim(
+                    plan, named.pk, task="jobs.noop", worker="w/1"
+                )
+            finally:
+                connection.close()
+
+        claiming = threading.Thread(target=claim)
+        claiming.start()
+        claiming.join(0.5)
+        assert claiming.is_alive()
+        Job.objects.filter(pk=named.pk).update(status=S.RUNNING, queue="other")
+        holder.commit()
+        claiming.join(30)
+    finally:
+        holder.close()
+    claimed = answer["claimed"]
+    assert claimed.queue == "default" and [job.pk for job in claimed.jobs] == [waiting.pk]
+    assert not QueueState.objects.filter(held_at__isnull=False).exists()
+    assert Job.objects.filter(queue="other", status=S.RUNNING).count() == 1  # the moved one
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_failing_message_writes_nothing_and_leaves_the_connection_usable(monkeypatch):
+    _states()
+    plan = limiter.Plan(limit=Limit(concurrency=50))
+    jobs = [services.enqueue("jobs.noop", {}) for _ in range(4)]
+    running = limiter.claim_reading_holds(
+        plan, jobs[0].pk, task="jobs.noop", worker="w/1", count=2
+    )[0]
+    now = timezone.now()
+    ran = [statements.Success(job, "null", now, now) for job in running]
+    claim_at_once._pick_sql.cache_clear()
+    monkeypatch.setattr(claim_at_once, "RUNNING", f"{claim_at_once.RUNNING} AND 1 / 0 = 1")
+    try:
+        with pytest.raises(DataError):
+            completer.succeed_many_and_claim(
+                ran, jobs[0].pk, 2, plan=plan, task="jobs.noop", worker="w/1"
+            )
+    finally:
+        monkeypatch.undo()
+        claim_at_once._pick_sql.cache_clear()
+    assert Job.objects.filter(status=S.RUNNING).count() == 2  # the successes rolled back
+    assert connection.connection.info.transaction_status.name == "IDLE"
+    assert not connection.in_atomic_block and connection.get_autocommit()
+    assert claim_at_once.claim(plan, jobs[2].pk, task="jobs.noop", worker="w/2").jobs
+
+
+@pytest.mark.django_db(transaction=True)
+def test_server_side_binding_takes_the_statement_at_a_time_path(monkeypatch):
+    _states()
+    plan = limiter.Plan(limit=Limit(concurrency=5))
+    assert claim_at_once.applies(plan)
+    assert not claim_at_once.applies(limiter.Plan(limit=Limit(rate="5/s")))
+    monkeypatch.setitem(connection.settings_dict, "OPTIONS", {"server_side_binding": True})
+    assert not claim_at_once.applies(plan)

@@ -33,7 +33,7 @@ def test_a_successful_delivery_costs_four_sql_messages(receiver):
     # its own statement (a slot is free: ring only if a claim was refused).
     kinds = [kind for kind, _ in statements]
     assert kinds == ["SELECT", "SELECT", "WITH", "WITH"]
-    lock, claim = statements[0][1].split("; ", 1)
+    _, lock, claim = statements[0][1].split("; ", 2)  # the queue's hand-over emptied first
     assert "jobs_taskstate" in lock and "FOR UPDATE OF t" in lock
     assert "UPDATE jobs_job" in claim and "limit_key" in claim
     assert "held_at" in statements[3][1] and "jobs_taskstate" in statements[3][1]
