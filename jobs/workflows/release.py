@@ -11,8 +11,9 @@ jobs.services.operator for the cancel of a job that was not running). It
 2. locks their dependants' job rows, all in id order in that same statement (``SELECT …
    FOR NO KEY UPDATE``): one lock order for every transaction, so two chunks ending members
    of the same groups cannot deadlock;
-3. then, in a new statement, asks whether any edge of D is still not done (the partial
-   index on ``dependant WHERE NOT done``); if none is, decides D's fate from its
+3. then, in a new statement (on PostgreSQL sent in the same message as 1 and 2), asks
+   whether any edge of D is still not done (the partial index on ``dependant WHERE NOT
+   done``); if none is, decides D's fate from its
    dependencies' outcomes and moves it with a conditional UPDATE (``WHERE status =
    'waiting'``): released to ``queued`` (its doorbell rung on commit), or cancelled with
    reason ``upstream`` when its condition is not met — and a cancelled D advances in turn.
@@ -54,6 +55,8 @@ JOBS = Job._meta.db_table
 # A released job's payload keys (documented in docs/jobs.md, Workflows).
 MEMBERS_KEY = "members"
 PREVIOUS_KEY = "previous"
+# A dependant whose readiness is still to be asked (``_decide``).
+ASK = object()
 
 
 def advance(*jobs: Job) -> list[Job]:
@@ -62,8 +65,8 @@ def advance(*jobs: Job) -> list[Job]:
     released: list[Job] = []
     while ended:  # a cancelled dependant ends too: its own dependants are decided in turn
         cancelled = []
-        for dependant in _mark_done(ended):
-            moved = _decide(dependant)
+        for dependant, payload in _mark_done(ended):
+            moved = _decide(dependant, payload)
             if moved is None:
                 continue
             if moved.status == S.QUEUED:
@@ -78,12 +81,18 @@ def advance(*jobs: Job) -> list[Job]:
 
 # Steps 1 and 2 in one statement: the edges are marked (and row-locked) by the CTE before
 # the main query locks the dependants, in id order (one lock order for every transaction).
+# On PostgreSQL step 3 is sent with it, a statement of its own (its snapshot taken after
+# the locks), in the same message: the dependants now ready (no edge left not done) with
+# their payloads, so a dependant still waiting costs no round trip of its own.
 _MARK_AND_LOCK = {
     "postgresql": (
         f"WITH marked AS (UPDATE {EDGES} SET done = true "
         "WHERE dependency_id = ANY(%s::bigint[]) AND NOT done RETURNING dependant_id) "
         f"SELECT id, status FROM {JOBS} WHERE id IN (SELECT dependant_id FROM marked) "
-        "ORDER BY id FOR NO KEY UPDATE"
+        "ORDER BY id FOR NO KEY UPDATE; "
+        f"SELECT d.id, d.payload FROM {JOBS} d WHERE d.id IN (SELECT dependant_id "
+        f"FROM {EDGES} WHERE dependency_id = ANY(%s::bigint[])) AND d.status = %s "
+        f"AND NOT EXISTS (SELECT 1 FROM {EDGES} e WHERE e.dependant_id = d.id AND NOT e.done)"
     ),
     # SQLite writes one transaction at a time: no lock to take.
     "sqlite": f"UPDATE {EDGES} SET done = true WHERE dependency_id IN ({{ids}}) AND NOT done "
@@ -91,33 +100,45 @@ _MARK_AND_LOCK = {
 }
 
 
-def _mark_done(dependencies: list[int]) -> list[int]:
-    """Mark ``dependencies``' edges done; lock their dependants; return those still waiting."""
+def _mark_done(dependencies: list[int]) -> list[tuple[int, object]]:
+    """Mark ``dependencies``' edges done; lock their dependants; return those still waiting,
+    each with its payload if step 3 already found it ready (PostgreSQL), else ``ASK``."""
     with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            cursor.execute(_MARK_AND_LOCK["postgresql"], [dependencies])
-        else:
+        if connection.vendor != "postgresql":
             ids = ", ".join(["%s"] * len(dependencies))
             cursor.execute(_MARK_AND_LOCK["sqlite"].format(ids=ids), dependencies)
-        rows = cursor.fetchall()
-    if connection.vendor != "postgresql":
-        return sorted({row[0] for row in rows})
-    # Not waiting: cancelled meanwhile, or released by another ending (see above).
-    return [job_id for job_id, status in rows if status == S.WAITING]
+            return [(job_id, ASK) for job_id in sorted({row[0] for row in cursor.fetchall()})]
+        cursor.execute(_MARK_AND_LOCK["postgresql"], [dependencies, dependencies, S.WAITING])
+        locked = cursor.fetchall()
+        cursor.nextset()
+        ready = dict(cursor.fetchall())
+    # Not waiting: cancelled meanwhile, or released by another ending (see above). Waiting
+    # but not ready: an edge is left, whose end will decide it.
+    return [
+        (job_id, ready[job_id])
+        for job_id, status in locked
+        if status == S.WAITING and job_id in ready
+    ]
 
 
-def _decide(dependant: int) -> Job | None:
-    """Release or cancel ``dependant`` if its last edge is done; None if it still waits."""
-    with connection.cursor() as cursor:
-        # A new statement: it sees every end committed before the lock was granted.
-        cursor.execute(
-            f"SELECT EXISTS (SELECT 1 FROM {EDGES} WHERE dependant_id = %s AND NOT done), "
-            f"(SELECT payload FROM {JOBS} WHERE id = %s AND status = %s)",
-            [dependant, dependant, S.WAITING],
-        )
-        row = cursor.fetchone()
-        if row[0] or row[1] is None:
-            return None
+def _decide(dependant: int, payload=ASK) -> Job | None:
+    """Release or cancel ``dependant`` if its last edge is done; None if it still waits.
+
+    ``payload``: the dependant's, read by step 3 after the lock (it is ready); ``ASK``: find
+    out now.
+    """
+    if payload is ASK:
+        with connection.cursor() as cursor:
+            # A new statement: it sees every end committed before the lock was granted.
+            cursor.execute(
+                f"SELECT EXISTS (SELECT 1 FROM {EDGES} WHERE dependant_id = %s AND NOT done), "
+                f"(SELECT payload FROM {JOBS} WHERE id = %s AND status = %s)",
+                [dependant, dependant, S.WAITING],
+            )
+            row = cursor.fetchone()
+            if row[0] or row[1] is None:
+                return None
+            payload = row[1]
     condition, members = inputs_of(dependant)
     failed = [member for member in members if member["status"] != S.SUCCEEDED]
     if condition == Condition.SUCCESS and failed:
@@ -126,7 +147,7 @@ def _decide(dependant: int) -> Job | None:
         return _cancel(dependant, JobReason.UPSTREAM, why)
     if condition == Condition.FAILURE and not failed:
         return _cancel(dependant, JobReason.CANCELLED, "not needed: every dependency succeeded")
-    payload = _loads(row[1])
+    payload = _loads(payload)
     payload[MEMBERS_KEY] = members
     if len(members) == 1:
         payload[PREVIOUS_KEY] = members[0]["result"]
