@@ -32,6 +32,19 @@ def _states():
     task_states.ensure_states()
 
 
+def _chunk_that_ran(*, enqueued: int, ran: int):
+    """Under a limit that doesn't bind: ``enqueued`` jobs, the first ``ran`` claimed by w/1
+    and run; return the plan, the jobs, the claimed runs and their successes."""
+    _states()
+    plan = limiter.Plan(limit=Limit(concurrency=50))
+    jobs = [services.enqueue("jobs.noop", {}) for _ in range(enqueued)]
+    running = limiter.claim_reading_holds(
+        plan, jobs[0].pk, task="jobs.noop", worker="w/1", count=ran
+    )[0]
+    now = timezone.now()
+    return plan, jobs, running, [statements.Success(job, "null", now, now) for job in running]
+
+
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("path", sorted(PATHS))
 def test_a_chunk_under_a_slot_limit_is_cut_and_marked_the_same_way_on_both_paths(path):
@@ -112,14 +125,7 @@ def test_a_missing_state_row_is_made_and_the_claim_still_happens():
 
 @pytest.mark.django_db(transaction=True)  # autocommit, as in a worker: BEGIN/COMMIT counted
 def test_a_limited_chunks_successes_and_next_claim_are_one_message_and_one_transaction():
-    _states()
-    plan = limiter.Plan(limit=Limit(concurrency=50))
-    jobs = [services.enqueue("jobs.noop", {}) for _ in range(6)]
-    running = limiter.claim_reading_holds(
-        plan, jobs[0].pk, task="jobs.noop", worker="w/1", count=3
-    )[0]
-    now = timezone.now()
-    ran = [statements.Success(job, "null", now, now) for job in running]
+    plan, jobs, running, ran = _chunk_that_ran(enqueued=6, ran=3)
     with CaptureQueriesContext(connection) as queries:
         settled, claimed = completer.succeed_many_and_claim(
             ran, jobs[0].pk, 3, plan=plan, task="jobs.noop", worker="w/1"
@@ -132,6 +138,40 @@ def test_a_limited_chunks_successes_and_next_claim_are_one_message_and_one_trans
     assert Job.objects.filter(status=S.SUCCEEDED).count() == 3
 
 
+def _claim_while_the_task_row_is_held(claim, meanwhile, *sql_with_it):
+    """Run ``claim()`` in a thread while another transaction holds the task's state row
+    (and ran ``sql_with_it``, (sql, params) pairs); once the claim waits for the row, call
+    ``meanwhile()``, commit, and return what the claim returned."""
+    holder = connections.create_connection("default")
+    answer = {}
+
+    def run():
+        try:
+            answer["claimed"] = claim()
+        finally:
+            connection.close()
+
+    try:
+        holder.set_autocommit(False)
+        with holder.cursor() as cursor:
+            cursor.execute(
+                f"SELECT 1 FROM {statements.TASK_STATE_TABLE} WHERE name = %s FOR UPDATE",
+                ["jobs.noop"],
+            )
+            for sql, params in sql_with_it:
+                cursor.execute(sql, params)
+        claiming = threading.Thread(target=run)
+        claiming.start()
+        claiming.join(1)
+        assert claiming.is_alive()  # it waits for the lock
+        meanwhile()
+        holder.commit()
+        claiming.join(30)
+    finally:
+        holder.close()
+    return answer["claimed"]
+
+
 @pytest.mark.django_db(transaction=True)
 def test_the_count_is_read_after_the_lock_so_a_claim_committed_meanwhile_is_counted():
     """A claim waiting on the lock counts, once granted, the run whose claim held it: the pick
@@ -140,38 +180,15 @@ def test_the_count_is_read_after_the_lock_so_a_claim_committed_meanwhile_is_coun
     _states()
     plan = limiter.Plan(limit=Limit(concurrency=1))
     first, second = (services.enqueue("jobs.noop", {}) for _ in range(2))
-    holder = connections.create_connection("default")
-    answer = {}
-    try:
-        holder.set_autocommit(False)
-        with holder.cursor() as cursor:
-            cursor.execute(
-                f"SELECT 1 FROM {statements.TASK_STATE_TABLE} WHERE name = %s FOR UPDATE",
-                ["jobs.noop"],
-            )
-            cursor.execute(
-                f"UPDATE {statements.TABLE} SET status = 'running', locked_by = 'w/0' "
-                "WHERE id = %s",
-                [first.pk],
-            )
-
-        def claim():
-            try:
-                answer["jobs"] = claim_at_once.claim(
-                    plan, second.pk, task="jobs.noop", worker="w/1"
-                ).jobs
-            finally:
-                connection.close()
-
-        waiting = threading.Thread(target=claim)
-        waiting.start()
-        waiting.join(1)
-        assert waiting.is_alive()  # it waits for the lock
-        holder.commit()
-        waiting.join(30)
-    finally:
-        holder.close()
-    assert answer["jobs"] == []  # the run committed meanwhile fills the one slot
+    claimed = _claim_while_the_task_row_is_held(
+        lambda: claim_at_once.claim(plan, second.pk, task="jobs.noop", worker="w/1"),
+        lambda: None,
+        (
+            f"UPDATE {statements.TABLE} SET status = 'running', locked_by = 'w/0' WHERE id = %s",
+            [first.pk],
+        ),
+    )
+    assert claimed.jobs == []  # the run committed meanwhile fills the one slot
     assert Job.objects.get(pk=second.pk).status == S.QUEUED
     assert TaskState.objects.get(name="jobs.noop").held_at is not None
 
@@ -295,34 +312,10 @@ def test_a_job_moved_while_its_claim_waits_leaves_the_claim_in_the_queue_it_lock
     waiting = services.enqueue("jobs.noop", {})
     for _ in range(2):
         services.enqueue("jobs.noop", {}, queue="other")
-    holder = connections.create_connection("default")
-    answer = {}
-    try:
-        holder.set_autocommit(False)
-        with holder.cursor() as cursor:
-            cursor.execute(
-                f"SELECT 1 FROM {statements.TASK_STATE_TABLE} WHERE name = %s FOR UPDATE",
-                ["jobs.noop"],
-            )
-
-        def claim():
-            try:
-                answer["claimed"] = claim_at_once.claim(
-                    plan, named.pk, task="jobs.noop", worker="w/1"
-                )
-            finally:
-                connection.close()
-
-        claiming = threading.Thread(target=claim)
-        claiming.start()
-        claiming.join(0.5)
-        assert claiming.is_alive()
-        Job.objects.filter(pk=named.pk).update(status=S.RUNNING, queue="other")
-        holder.commit()
-        claiming.join(30)
-    finally:
-        holder.close()
-    claimed = answer["claimed"]
+    claimed = _claim_while_the_task_row_is_held(
+        lambda: claim_at_once.claim(plan, named.pk, task="jobs.noop", worker="w/1"),
+        lambda: Job.objects.filter(pk=named.pk).update(status=S.RUNNING, queue="other"),
+    )
     assert claimed.queue == "default" and [job.pk for job in claimed.jobs] == [waiting.pk]
     assert not QueueState.objects.filter(held_at__isnull=False).exists()
     assert Job.objects.filter(queue="other", status=S.RUNNING).count() == 1  # the moved one
@@ -330,14 +323,7 @@ def test_a_job_moved_while_its_claim_waits_leaves_the_claim_in_the_queue_it_lock
 
 @pytest.mark.django_db(transaction=True)
 def test_a_failing_message_writes_nothing_and_leaves_the_connection_usable(monkeypatch):
-    _states()
-    plan = limiter.Plan(limit=Limit(concurrency=50))
-    jobs = [services.enqueue("jobs.noop", {}) for _ in range(4)]
-    running = limiter.claim_reading_holds(
-        plan, jobs[0].pk, task="jobs.noop", worker="w/1", count=2
-    )[0]
-    now = timezone.now()
-    ran = [statements.Success(job, "null", now, now) for job in running]
+    plan, jobs, _, ran = _chunk_that_ran(enqueued=4, ran=2)
     claim_at_once._pick_sql.cache_clear()
     monkeypatch.setattr(claim_at_once, "RUNNING", f"{claim_at_once.RUNNING} AND 1 / 0 = 1")
     try:
