@@ -77,38 +77,50 @@ class Runner:
     ended: Callable
 
 
-def run(task: Runner, ids: list[int], *, worker: str, plan: limiter.Plan | None) -> None:
+def run(
+    task: Runner,
+    ids: list[int],
+    *,
+    worker: str,
+    plan: limiter.Plan | None,
+    released: bool = False,
+) -> None:
     """Run the message's ``ids`` doorbells (see the module doc).
 
-    Jobs of the same task and queue that the message's ends released (a workflow's next
-    step or callback) are run by it too, as if the message named them: their own doorbells
-    would reach a worker only once it is free (whichever claims first runs them).
+    Then, as many doorbells again for the jobs of the same task and queue that the
+    message's ends released (a workflow's next step or callback, written by a chunk's
+    successes here): the message claims the best runnable jobs of its task and queue for
+    them, so they need not wait for their own doorbells to reach a free worker (whichever
+    claims first runs them). ``released``: ``ids`` are such jobs already (jobs.task's single
+    path): their doorbells went out with their release, so a shutdown rings nothing again.
     """
     wanted, ran, queue = len(ids), _Ran(), None
     try:
         while wanted:
-            released: list[Job] = []
+            freed: list[Job] = []
             while wanted and not shutdown.requested():
                 anchor = ids[len(ids) - wanted]  # a job the message names: its queue's the claim's
                 count = chunk_size(task.name, wanted)
-                settled, claimed = _settle_and_claim(
-                    task, ran, anchor, count, plan, worker, released
-                )
+                settled, claimed = _settle_and_claim(task, ran, anchor, count, plan, worker, freed)
                 _tell(task, settled)
                 wanted = wanted - len(claimed) if claimed else 0  # none: nothing runnable now
                 queue = queue or (claimed[0].queue if claimed else None)
                 ran = _run_chunk(task, claimed)
-            _tell(task, ran.write(released))
-            ran = _Ran()
-            if shutdown.requested():
+            _tell(task, ran.write(freed))
+            if wanted:  # a shutdown
                 break
-            ids = [job.pk for job in released if (job.task, job.queue) == (task.name, queue)]
+            ids, released = following(freed, task.name, queue), True
             wanted = len(ids)
     except BaseException:  # the database went away: the unwritten runs are the reaper's
         ran.written()
         raise
-    if wanted:  # a shutdown: leave the rest to other workers, at once
+    if wanted and not released:  # a shutdown: leave the rest to other workers, at once
         _ring_again(ids[len(ids) - wanted], wanted)
+
+
+def following(freed: list[Job], task: str, queue: str | None) -> list[int]:
+    """The ids of the ``freed`` (released) jobs that are of ``task`` in ``queue``."""
+    return [job.pk for job in freed if (job.task, job.queue) == (task, queue)]
 
 
 class _Ran:

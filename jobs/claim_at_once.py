@@ -63,9 +63,7 @@ class Claimed:
 def applies(plan) -> bool:
     """Whether ``plan``'s claim can be decided in one message: PostgreSQL with client-side
     binding, no rate, no fairness."""
-    if connection.vendor != "postgresql":
-        return False
-    if connection.settings_dict.get("OPTIONS", {}).get("server_side_binding"):
+    if not statements.several_per_message():
         return False
     limit = plan.limit
     return limit is None or not (limit.task_rate or limit.key_rate or limit.fair)

@@ -52,7 +52,7 @@ def messages(
         if countdown > SCHEDULE_HORIZON_SECONDS:
             continue
         task = app.tasks.get(job.task)
-        if size > 1 and countdown == 0 and getattr(task, "batch", False) and _batchable(task):
+        if countdown == 0 and batchable(task):
             groups[(job.task, job.queue)].append(job.pk)
         else:
             single.append((job.task, job.queue, job.pk, countdown))
@@ -64,8 +64,12 @@ def messages(
     return single
 
 
-def _batchable(task) -> bool:
-    """Celery's time limits apply per message, so a time-limited task's jobs go one by one."""
+def batchable(task) -> bool:
+    """Whether ``task``'s jobs may share a message: batches are on (``CONVEYOR_BATCH_SIZE`` >
+    1), the task allows them (``batch``) and has no time limit (Celery's time limits apply
+    per message, so a time-limited task's jobs go one by one)."""
+    if conf.get().batch_size <= 1 or not getattr(task, "batch", False):
+        return False
     return not (task.time_limit or task.soft_time_limit)
 
 

@@ -75,6 +75,15 @@ ORDER BY priority DESC, run_after, id
 LIMIT %s"""
 
 
+def several_per_message() -> bool:
+    """Whether one query string may carry several statements: PostgreSQL with psycopg's
+    client-side binding (Django's default); ``server_side_binding`` prepares each message,
+    which allows one statement."""
+    if connection.vendor != "postgresql":
+        return False
+    return not connection.settings_dict.get("OPTIONS", {}).get("server_side_binding")
+
+
 # A limited claim's lock (jobs.limiter): the queue's state row (FOR UPDATE if the queue has
 # a concurrency limit, else FOR KEY SHARE, as a pause expects) and the task's (FOR UPDATE),
 # read with the job's queue, the pause, the task's rate window and the refusal marks.

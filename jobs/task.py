@@ -33,7 +33,18 @@ from celery import Task
 from django.db import DatabaseError, InterfaceError, OperationalError, connection, transaction
 from django.utils import timezone
 
-from jobs import batches, completer, conf, limiter, limits, outcome, services, shutdown, statements
+from jobs import (
+    batches,
+    completer,
+    conf,
+    limiter,
+    limits,
+    outcome,
+    publish,
+    services,
+    shutdown,
+    statements,
+)
 from jobs.errors import Permanent, RetryAfter, Snooze
 from jobs.lease import keeper
 from jobs.models import Job
@@ -110,12 +121,18 @@ class JobTask(Task):
             batches.run(runner, ids, worker=worker, plan=_plan(self, ids[0]))
             return None
         job_id = _job_id(job_ids)
-        job = _claim(job_id, task=self, worker=worker, plan=_plan(self, job_id))
+        plan = _plan(self, job_id)
+        job = _claim(job_id, task=self, worker=worker, plan=plan)
         if job is None:
             return _dropped(self, job_ids)
         done = self._run_job(job)
-        if done is not None:
-            self._finish(*done)
+        if done is None:
+            return None
+        follow = batches.following(self._finish(*done), self.name, job.queue)
+        if follow and publish.batchable(self) and not shutdown.requested():
+            # A chain's next step of this task: run here now, as a batch message would.
+            runner = batches.Runner(self.name, _context, self._run_job, self._ended)
+            batches.run(runner, follow, worker=worker, plan=plan, released=True)
         return None
 
     def run_ended(self, job: Job) -> None:
@@ -171,11 +188,14 @@ class JobTask(Task):
             return undo.encoded, False
         return encoded, True
 
-    def _finish(self, job: Job, encoded: str) -> None:
-        """Write a success (or the cancel that came meanwhile) and tell ``run_ended``."""
+    def _finish(self, job: Job, encoded: str) -> list[Job]:
+        """Write a success (or the cancel that came meanwhile) and tell ``run_ended``; return
+        the jobs the success released (a workflow's dependants now queued)."""
         ran = statements.Success(job, encoded, job.started_at, timezone.now())
-        for ended, succeeded in completer.succeed_many([ran]):
+        released: list[Job] = []
+        for ended, succeeded in completer.succeed_many([ran], released=released):
             self._ended(ended, succeeded=succeeded)
+        return released
 
     def _ended(self, job: Job | None, *, succeeded: bool) -> None:
         if job is None:  # the run was taken away: whoever took it ends it

@@ -167,17 +167,22 @@ def sweep() -> SweepResult:
 def _mark_published(jobs: list[Job], now) -> list[Job]:
     """Count a re-send on those of ``jobs`` still waiting to be claimed; return them.
 
-    A job claimed since it was read needs no doorbell, and its row is left alone: a worker
-    ending a chunk of runs holds their rows, and an UPDATE that also locked them, in another
-    order, could deadlock with it.
+    A job claimed since it was read needs no doorbell, and its row is left alone; so is any
+    row another transaction holds (PostgreSQL: ``SKIP LOCKED``): it is being changed (a
+    claim, a release, an operator's move), and a sweep that waited for it while holding the
+    rows it had already counted could close a circle of waits with that transaction. The
+    next sweep looks at it again.
     """
     ids = ", ".join(["%s"] * len(jobs))
     pending = ", ".join(["%s"] * len(PENDING))
+    table = Job._meta.db_table
+    where = f"id IN ({ids}) AND status IN ({pending})"
+    if connection.vendor == "postgresql":
+        where = f"id IN (SELECT id FROM {table} WHERE {where} FOR UPDATE SKIP LOCKED)"
     with connection.cursor() as cursor:
         cursor.execute(
-            f"UPDATE {Job._meta.db_table} SET published_at = %s, "
-            f"publish_count = publish_count + 1 WHERE id IN ({ids}) AND status IN ({pending}) "
-            "RETURNING id",  # the ids only: no payload leaves the database
+            f"UPDATE {table} SET published_at = %s, publish_count = publish_count + 1 "
+            f"WHERE {where} RETURNING id",  # the ids only: no payload leaves the database
             [connection.ops.adapt_datetimefield_value(now), *(j.pk for j in jobs), *PENDING],
         )
         marked = {row[0] for row in cursor.fetchall()}

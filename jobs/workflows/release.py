@@ -44,6 +44,7 @@ from django.db import connection
 from django.db.models import Q
 from django.utils import timezone
 
+from jobs import statements
 from jobs.models import FINISHED, Condition, Job, JobDependency, JobReason, JobStatus
 from jobs.publish import publish_on_commit
 from jobs.services.base import log_job
@@ -81,34 +82,44 @@ def advance(*jobs: Job) -> list[Job]:
 
 # Steps 1 and 2 in one statement: the edges are marked (and row-locked) by the CTE before
 # the main query locks the dependants, in id order (one lock order for every transaction).
-# On PostgreSQL step 3 is sent with it, a statement of its own (its snapshot taken after
-# the locks), in the same message: the dependants now ready (no edge left not done) with
-# their payloads, so a dependant still waiting costs no round trip of its own.
 _MARK_AND_LOCK = {
     "postgresql": (
         f"WITH marked AS (UPDATE {EDGES} SET done = true "
         "WHERE dependency_id = ANY(%s::bigint[]) AND NOT done RETURNING dependant_id) "
         f"SELECT id, status FROM {JOBS} WHERE id IN (SELECT dependant_id FROM marked) "
-        "ORDER BY id FOR NO KEY UPDATE; "
-        f"SELECT d.id, d.payload FROM {JOBS} d WHERE d.id IN (SELECT dependant_id "
-        f"FROM {EDGES} WHERE dependency_id = ANY(%s::bigint[])) AND d.status = %s "
-        f"AND NOT EXISTS (SELECT 1 FROM {EDGES} e WHERE e.dependant_id = d.id AND NOT e.done)"
+        "ORDER BY id FOR NO KEY UPDATE"
     ),
     # SQLite writes one transaction at a time: no lock to take.
     "sqlite": f"UPDATE {EDGES} SET done = true WHERE dependency_id IN ({{ids}}) AND NOT done "
-    "RETURNING dependant_id, NULL",
+    "RETURNING dependant_id",
 }
+# Step 3 for every dependant at once, sent in the same message as steps 1 and 2 where a
+# message may carry several statements: a statement of its own (its snapshot taken after
+# the locks) that answers the dependants now ready (no edge left not done) with their
+# payloads, so a dependant still waiting costs no round trip of its own.
+_READY = (
+    f"SELECT d.id, d.payload FROM {JOBS} d WHERE d.id IN (SELECT dependant_id "
+    f"FROM {EDGES} WHERE dependency_id = ANY(%s::bigint[])) AND d.status = %s "
+    f"AND NOT EXISTS (SELECT 1 FROM {EDGES} e WHERE e.dependant_id = d.id AND NOT e.done)"
+)
 
 
 def _mark_done(dependencies: list[int]) -> list[tuple[int, object]]:
-    """Mark ``dependencies``' edges done; lock their dependants; return those still waiting,
-    each with its payload if step 3 already found it ready (PostgreSQL), else ``ASK``."""
+    """Mark ``dependencies``' edges done and lock their dependants; return those still
+    waiting that may be ready, each with its payload if step 3 already found it ready (sent
+    in the same message) or ``ASK`` (``_decide`` asks)."""
     with connection.cursor() as cursor:
         if connection.vendor != "postgresql":
             ids = ", ".join(["%s"] * len(dependencies))
             cursor.execute(_MARK_AND_LOCK["sqlite"].format(ids=ids), dependencies)
             return [(job_id, ASK) for job_id in sorted({row[0] for row in cursor.fetchall()})]
-        cursor.execute(_MARK_AND_LOCK["postgresql"], [dependencies, dependencies, S.WAITING])
+        if not statements.several_per_message():  # steps 1 and 2 alone; 3 per dependant
+            cursor.execute(_MARK_AND_LOCK["postgresql"], [dependencies])
+            locked = cursor.fetchall()
+            return [(job_id, ASK) for job_id, status in locked if status == S.WAITING]
+        cursor.execute(
+            f"{_MARK_AND_LOCK['postgresql']}; {_READY}", [dependencies, dependencies, S.WAITING]
+        )
         locked = cursor.fetchall()
         cursor.nextset()
         ready = dict(cursor.fetchall())
@@ -129,7 +140,8 @@ def _decide(dependant: int, payload=ASK) -> Job | None:
     """
     if payload is ASK:
         with connection.cursor() as cursor:
-            # A new statement: it sees every end committed before the lock was granted.
+            # A new statement: it sees every end committed before the lock was granted
+            # (SQLite: its writers take turns, no lock needed).
             cursor.execute(
                 f"SELECT EXISTS (SELECT 1 FROM {EDGES} WHERE dependant_id = %s AND NOT done), "
                 f"(SELECT payload FROM {JOBS} WHERE id = %s AND status = %s)",

@@ -1,5 +1,6 @@
 """Reaper and purge, with fixtures on both sides of every cutoff."""
 
+import time
 from datetime import timedelta
 
 import pytest
@@ -201,6 +202,34 @@ def test_the_sweeper_leaves_a_job_claimed_after_it_was_read(
     assert counts == {claimed.pk: 0, waiting.pk: 1}
     with app.connection_for_write() as conn:
         assert conn.default_channel.queue_declare(queue="default", passive=True).message_count == 1
+
+
+def test_the_sweeper_passes_over_a_row_another_transaction_holds(transactional_db, purge_broker):
+    """It neither waits for the row (a wait while holding the rows it counted could close a
+    circle of waits) nor rings for it; the next sweep, the row free, does."""
+    from django.db import connection, connections
+
+    from jobs.maintenance import sweeper
+
+    long_ago = timezone.now() - timedelta(minutes=10)
+    held, free = make(S.QUEUED, run_after=long_ago), make(S.QUEUED, run_after=long_ago)
+    holder = connections.create_connection("default")
+    try:
+        holder.set_autocommit(False)
+        with holder.cursor() as cursor:
+            cursor.execute("SELECT 1 FROM jobs_job WHERE id = %s FOR UPDATE", [held.pk])
+        with connection.cursor() as cursor:  # a sweep that waited would fail, not hang
+            cursor.execute("SET lock_timeout = '10s'")
+        started = time.monotonic()
+        assert sweeper.sweep().republished == 1
+        assert time.monotonic() - started < 10  # it did not wait for the row
+    finally:
+        holder.rollback()
+        holder.close()
+        with connection.cursor() as cursor:
+            cursor.execute("RESET lock_timeout")
+    counts = dict(Job.objects.values_list("pk", "publish_count"))
+    assert counts == {held.pk: 0, free.pk: 1}
 
 
 @pytest.mark.django_db
