@@ -151,7 +151,7 @@ def succeed_many_and_claim(
 
 def _succeed_many_and_claim_at_once(successes, job_id, count, plan, task, worker):
     """``succeed_many_and_claim`` under limits decided in SQL: the successes, the lock and
-    the claim in one message and one transaction (jobs.claim_at_once)."""
+    the claim in one round trip and one transaction (jobs.claim_at_once)."""
     claimed = claim_at_once.claim(
         plan,
         job_id,
@@ -164,7 +164,8 @@ def _succeed_many_and_claim_at_once(successes, job_id, count, plan, task, worker
     if claimed.locked:
         jobs = claimed.jobs
         holds = limiter.Holds(claimed.queue, claimed.queue_held, claimed.task_held)
-    else:  # a state row was missing: the successes are written; claim as the limiter does
+    else:  # the lock read no row (a state row missing, or the job gone): the successes are
+        # written; claim as the limiter does (it makes missing rows)
         with transaction.atomic():
             jobs, holds = limiter.claim_reading_holds(
                 plan, job_id, task=task, worker=worker, count=count

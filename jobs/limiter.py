@@ -18,6 +18,10 @@ what it waits for: the refusal marks the state row (``held_at``), and the next r
 queue or task to end rings for the best due job (``wake``) until one finds none due; a limit
 that doesn't bind sends no extra doorbell. When a rate is what it waits for it is rung again
 for when the window frees. Times are the workers' clocks: keep the hosts in NTP.
+
+On PostgreSQL a claim under limits without a rate or fairness sends the lock and the pick in
+one round trip, decided in SQL (jobs.claim_at_once); this module's statement-at-a-time path
+is the rest, and the reference that one is tested against.
 """
 
 import json
