@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from functools import cache
 
-from celery import Celery
+from celery import Celery, Task
 from django.utils import timezone
 from kombu.exceptions import KombuError
 
@@ -64,7 +64,7 @@ def messages(
     return single
 
 
-def batchable(task) -> bool:
+def batchable(task: Task | None) -> bool:
     """Whether ``task``'s jobs may share a message: batches are on (``CONVEYOR_BATCH_SIZE`` >
     1), the task allows them (``batch``) and has no time limit (Celery's time limits apply
     per message, so a time-limited task's jobs go one by one)."""

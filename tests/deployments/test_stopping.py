@@ -103,7 +103,12 @@ def test_cancel_while_running_stops_the_tree_and_ends_cancelled(
     assert [pid for pid in read_pids(pids) if alive(pid)] == []
     runs = StepRun.objects.filter(deployment=done).order_by("position")
     assert [r.status for r in runs] == ["cancelled", "skipped"]
-    assert Job.objects.get(pk=done.job_id).status == "cancelled"
+    # The job's end is written after the deployment's, by the task that ran it.
+    wait_until(
+        lambda: Job.objects.get(pk=done.job_id).status == "cancelled",
+        timeout=30,
+        message="the deployment's job to end cancelled",
+    )
     topics = [e["topic"] for e in worker.events("deployment.event")]
     assert topics[-1] == "deployment.cancelled"
 
