@@ -93,7 +93,8 @@ def claim(
     )
     lock = statements.limited_lock_sql("postgresql", plan.queue_limit is not None, _HAND_OVER)
     sql = f"{_EMPTY}; {lock}; {pick}"
-    params = [task, job_id, *_pick_params(plan, task, worker, count, only, timezone.now())]
+    limits = (plan.queue_limit, concurrency, key_concurrency)
+    params = [task, job_id, *_pick_params(limits, task, worker, count, only, timezone.now())]
     if before is not None:
         sql, params = f"{before[0]}; {sql}", [*before[1], *params]
     with connection.cursor() as cursor:
@@ -113,7 +114,7 @@ def claim(
     return Claimed(done, jobs, True, locked[0], bool(locked[3]), bool(locked[4]))
 
 
-def _chunk(count: str, free: str) -> str:
+def chunk_sql(count: str, free: str) -> str:
     """jobs.limiter.chunk_within in SQL: all ``count`` while ``free`` is at least twice it,
     else one (none when nothing is free)."""
     return f"CASE WHEN {free} >= 2 * {count} THEN {count} ELSE LEAST(1, GREATEST(0, {free})) END"
@@ -129,8 +130,8 @@ def _pick_sql(queue_limited: bool, task_limited: bool, key_limited: bool, only: 
     if task_limited:
         state.append(f"({RUNNING} AND r.task = t.name) AS task_running")
     # How many to take: the queue's free slots cut the chunk first, then the task's.
-    asked = _chunk("%s", "s.queue_free") if queue_limited else "%s"
-    take = _chunk("a.asked", "(%s - a.task_running)") if task_limited else "a.asked"
+    asked = chunk_sql("%s", "s.queue_free") if queue_limited else "%s"
+    take = chunk_sql("a.asked", "(%s - a.task_running)") if task_limited else "a.asked"
     rule = (
         f"AND ({RUNNING} AND r.task = j.task AND r.limit_key = j.limit_key) < %s "
         if key_limited
@@ -172,21 +173,20 @@ def _pick_sql(queue_limited: bool, task_limited: bool, key_limited: bool, only: 
     return f"WITH {', '.join(ctes)} SELECT * FROM claimed"
 
 
-def _pick_params(plan, task: str, worker: str, count: int, only: int | None, now) -> list:
-    """``_pick_sql``'s parameters, in the order its placeholders come."""
-    limit = plan.limit
-    concurrency = limit.concurrency if limit is not None else None
-    key_concurrency = limit.key_concurrency if limit is not None else None
+def _pick_params(limits, task: str, worker: str, count: int, only: int | None, now) -> list:
+    """``_pick_sql``'s parameters, in the order its placeholders come; ``limits``: the
+    queue's limit, the task's concurrency and the per-key concurrency (None: none)."""
+    queue_limit, concurrency, key_concurrency = limits
     when = connection.ops.adapt_datetimefield_value
-    params = [plan.queue_limit] if plan.queue_limit is not None else []  # s: queue_free
+    params = [queue_limit] if queue_limit is not None else []  # s: queue_free
     params.append(task)  # s: the task's state row
-    params += [count, count] if plan.queue_limit is not None else [count]  # a: asked
+    params += [count, count] if queue_limit is not None else [count]  # a: asked
     params += [concurrency, concurrency] if concurrency else []  # n: take
     params += [*statements.running_params(worker, now), task]  # claimed: SET, the pick
     params.append(when(now + statements.CLAIM_CLOCK_SKEW))
     params += [only] if only is not None else []
     params += [key_concurrency] if key_concurrency else []
-    params += [when(now)] if plan.queue_limit is not None else []  # queue_mark
+    params += [when(now)] if queue_limit is not None else []  # queue_mark
     if concurrency or key_concurrency:  # task_mark
         params += [when(now), task] + ([concurrency] if concurrency else [])
     return params

@@ -137,7 +137,7 @@ def succeed_many_and_claim(
                 if success.job.pk in ended:
                     _succeeded(success)
         else:
-            ended = _end_successes(successes, advance=False)
+            ended = _end_successes(successes)
             claimed, holds = limiter.claim_reading_holds(
                 plan, job_id, task=task, worker=worker, count=count
             )
@@ -196,7 +196,7 @@ def succeed_many(
         )
         return _settled(successes, ended, rings=True, holds=holds)
     with transaction.atomic():  # one per success elsewhere; a workflow's release with them
-        ended = _end_successes(successes, advance=False)
+        ended = _end_successes(successes)
         freed = _advance(*(success.job for success in successes if success.job.pk in ended))
         _ring_for([success.job for success in successes if success.job.pk in ended])
     if released is not None:
@@ -208,15 +208,13 @@ def _any_workflow(successes) -> bool:
     return any(success.job.workflow_id is not None for success in successes)
 
 
-def _end_successes(successes, *, advance: bool = True) -> set[int]:
-    """Write the successes in the caller's transaction and, unless ``advance`` is False (the
-    caller does it later in that transaction), advance the workflows they end."""
+def _end_successes(successes) -> set[int]:
+    """Write the successes in the caller's transaction (which then advances the workflows
+    they end: ``_advance``)."""
     ended = statements.end_successes(successes)
     for success in successes:
         if success.job.pk in ended:
             _succeeded(success)
-    if advance:
-        _advance(*(success.job for success in successes if success.job.pk in ended))
     return ended
 
 

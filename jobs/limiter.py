@@ -313,7 +313,7 @@ def _pick_sql(vendor: str, limit: Limit | None, only: bool, counted: bool) -> st
     count = "%s"
     if counted:  # chunk_within(count, free slots), in SQL
         free = "(%s - (SELECT running FROM n))"
-        count = f"CASE WHEN {free} >= 2 * %s THEN %s ELSE LEAST(1, GREATEST(0, {free})) END"
+        count = claim_at_once.chunk_sql("%s", free)
     pick = (
         f"SELECT j.id FROM {TABLE} j WHERE j.queue = %s AND j.task = %s "
         f"AND j.status IN ('{S.QUEUED}', '{S.RETRYING}') AND j.run_after <= %s "
