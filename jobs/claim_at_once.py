@@ -30,7 +30,7 @@ from functools import cache
 from django.db import connection
 from django.utils import timezone
 
-from jobs import statements
+from jobs import conf, statements
 from jobs.models import JobStatus
 
 S = JobStatus
@@ -43,6 +43,10 @@ RUNNING = f"SELECT count(*) FROM {TABLE} r WHERE r.status = '{S.RUNNING}'"
 QUEUE_SETTING = "conveyor.claim_queue"
 _HAND_OVER = f"set_config('{QUEUE_SETTING}', j.queue, true)"
 _EMPTY = f"SELECT set_config('{QUEUE_SETTING}', '', true)"
+# The claim's UPDATE at the time of the pick's ``clock``: the lease's length, then the worker.
+_SET_RUNNING = statements.SET_RUNNING_AT.format(
+    lease="(SELECT at FROM clock) + %s", at="(SELECT at FROM clock)"
+)
 
 
 @dataclass(frozen=True)
@@ -145,14 +149,17 @@ def _pick_sql(queue_limited: bool, task_limited: bool, key_limited: bool, only: 
         "LIMIT COALESCE((SELECT take FROM n), 0) FOR UPDATE OF j SKIP LOCKED"
     )
     ctes = [
+        # The claim's time, read after the lock: a run that ended while this claim waited
+        # for it ended before this one started (the worker's clock read before the message
+        # left would put the start first).
+        "clock AS MATERIALIZED (SELECT GREATEST(%s::timestamptz, clock_timestamp()) AS at)",
         f"s AS MATERIALIZED (SELECT {', '.join(state)} FROM {STATE_TABLE} q "
         f"JOIN {TASK_STATE_TABLE} t ON t.name = %s "
         f"WHERE q.name = NULLIF(current_setting('{QUEUE_SETTING}', true), ''))",
         f"a AS MATERIALIZED (SELECT s.*, CASE WHEN s.unpaused THEN {asked} ELSE 0 END AS asked "
         "FROM s)",
         f"n AS MATERIALIZED (SELECT a.*, {take} AS take FROM a)",
-        f"claimed AS ({statements.SET_RUNNING.strip()} WHERE id = ANY(ARRAY({pick})) "
-        f"RETURNING {statements.COLUMNS})",
+        f"claimed AS ({_SET_RUNNING} WHERE id = ANY(ARRAY({pick})) RETURNING {statements.COLUMNS})",
     ]
     if queue_limited:  # refused for the queue's slots: the next end rings
         ctes.append(
@@ -178,11 +185,12 @@ def _pick_params(limits, task: str, worker: str, count: int, only: int | None, n
     queue's limit, the task's concurrency and the per-key concurrency (None: none)."""
     queue_limit, concurrency, key_concurrency = limits
     when = connection.ops.adapt_datetimefield_value
-    params = [queue_limit] if queue_limit is not None else []  # s: queue_free
+    params = [when(now)]  # clock: the earliest the claim is stamped
+    params += [queue_limit] if queue_limit is not None else []  # s: queue_free
     params.append(task)  # s: the task's state row
     params += [count, count] if queue_limit is not None else [count]  # a: asked
     params += [concurrency, concurrency] if concurrency else []  # n: take
-    params += [*statements.running_params(worker, now), task]  # claimed: SET, the pick
+    params += [conf.get().lease_timeout, worker, task]  # claimed: SET, the pick
     params.append(when(now + statements.CLAIM_CLOCK_SKEW))
     params += [only] if only is not None else []
     params += [key_concurrency] if key_concurrency else []

@@ -101,9 +101,13 @@ def limited_lock_sql(vendor: str, exclusive_queue: bool, queue: str = "j.queue")
     )
 
 
-SET_RUNNING = f"""
-UPDATE {TABLE} SET status = '{S.RUNNING}', attempts = attempts + 1, lease_expires_at = %s,
-    locked_by = %s, publish_count = 0, updated_at = %s, started_at = %s"""
+# A claim's UPDATE, its lease's end and its time to fill in (then the worker, a parameter).
+SET_RUNNING_AT = (
+    f"UPDATE {TABLE} SET status = '{S.RUNNING}', attempts = attempts + 1, "
+    "lease_expires_at = {lease}, locked_by = %s, publish_count = 0, updated_at = {at}, "
+    "started_at = {at}"
+)
+SET_RUNNING = SET_RUNNING_AT.format(lease="%s", at="%s")
 
 
 @cache

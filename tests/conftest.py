@@ -19,6 +19,19 @@ def _test_database_url() -> str:
     return base._replace(path=f"/{settings.DATABASES['default']['NAME']}").geturl()
 
 
+@pytest.fixture(autouse=True)
+def _no_run_tracked_past_its_test():
+    """A test that runs a job in this process and leaves it tracked (a lost run, a failed
+    assertion) would have this process's lease keeper renew it during later tests."""
+    yield
+    from jobs import lease
+
+    keeper = lease._keeper["keeper"]
+    if keeper is not None:
+        with keeper.lock:
+            keeper.runs.clear()
+
+
 @pytest.fixture
 def worker_env(transactional_db, tmp_path) -> dict:
     """Environment for a subprocess that must see the same database and broker as the test."""

@@ -1,5 +1,6 @@
 """Conveyor on its embedded defaults (SQLite + filesystem broker) and on PostgreSQL + Redis."""
 
+import contextlib
 import fcntl
 import json
 import os
@@ -126,6 +127,16 @@ def start_make_run(env: dict, log_path: Path) -> tuple[subprocess.Popen, int]:
     return stack, terminal
 
 
+@contextlib.contextmanager
+def log_shown_on_failure(log_path: Path):
+    """A failed assertion inside also shows the end of ``make run``'s output."""
+    try:
+        yield
+    except AssertionError as failure:
+        tail = log_path.read_text(errors="replace")[-6000:]
+        raise AssertionError(f"{failure}\n--- make run's output, its end ---\n{tail}") from None
+
+
 def wait_until_ready(port: int, log_path: Path) -> str:
     """Wait for the stack to serve and beat to start; return the demo token it printed."""
     status, body = wait_until(
@@ -169,9 +180,10 @@ def test_make_run_serves_deploys_and_stops_cleanly(tmp_path):
                 else None
             )
 
-        final = wait_until(
-            finished, timeout=120, interval=0.5, message="the demo deployment to finish"
-        )
+        with log_shown_on_failure(log_path):
+            final = wait_until(
+                finished, timeout=120, interval=0.5, message="the demo deployment to finish"
+            )
         assert final["status"] == "success", final
         tree = process_tree(stack.pid)
         commands = {Path(f"/proc/{pid}/cmdline").read_bytes() for pid in tree if alive(pid)}
@@ -216,12 +228,13 @@ def test_make_run_stopped_mid_deployment_ends_it_worker_shutdown_and_keeps_its_t
         )
         assert status == 201, created
         logs = f"/api/v1/deployments/{created['id']}/logs"
-        wait_until(
-            lambda: "tick 2/60" in str((http(port, logs, token=token) or (0, b""))[1]),
-            timeout=120,
-            interval=0.5,
-            message="the slow step to tick",
-        )
+        with log_shown_on_failure(log_path):
+            wait_until(
+                lambda: "tick 2/60" in str((http(port, logs, token=token) or (0, b""))[1]),
+                timeout=120,
+                interval=0.5,
+                message="the slow step to tick",
+            )
         stack.send_signal(signal.SIGINT)  # to make itself, not its process group
         status = stack.wait(timeout=60)
     finally:

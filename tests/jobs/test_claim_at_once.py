@@ -5,13 +5,14 @@ import itertools
 import random
 import threading
 import time
+from datetime import timedelta
 
 import pytest
 from django.db import DataError, connection, connections, transaction
 from django.test.utils import CaptureQueriesContext, override_settings
 from django.utils import timezone
 
-from jobs import claim_at_once, completer, limiter, queues, services, statements, task_states
+from jobs import claim_at_once, completer, conf, limiter, queues, services, statements, task_states
 from jobs.limits import Limit
 from jobs.models import Job, JobStatus, QueueState, TaskState
 
@@ -191,6 +192,27 @@ def test_the_count_is_read_after_the_lock_so_a_claim_committed_meanwhile_is_coun
     assert claimed.jobs == []  # the run committed meanwhile fills the one slot
     assert Job.objects.get(pk=second.pk).status == S.QUEUED
     assert TaskState.objects.get(name="jobs.noop").held_at is not None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_claim_that_waited_for_the_lock_starts_after_the_run_that_ended_meanwhile():
+    """The claim's time is read after the lock, not when the worker sent it: a run that ended
+    while the claim waited ended before the claimed run started, and the lease counts from
+    that start."""
+    _states()
+    plan = limiter.Plan(limit=Limit(concurrency=1))
+    job = services.enqueue("jobs.noop", {})
+    ended = {}
+    sent = timezone.now()
+    claimed = _claim_while_the_task_row_is_held(
+        lambda: claim_at_once.claim(plan, job.pk, task="jobs.noop", worker="w/1"),
+        lambda: ended.setdefault("at", timezone.now()),
+    )
+    [run] = claimed.jobs
+    assert run.started_at >= ended["at"] > sent + timedelta(milliseconds=500)
+    assert run.updated_at == run.started_at
+    assert run.lease_expires_at == run.started_at + conf.get().lease_timeout
+    assert Job.objects.get(pk=job.pk).started_at == run.started_at
 
 
 def _old_path(plan, job_id, worker, count, only):
