@@ -127,6 +127,11 @@ def succeed_many_and_claim(
         return _settled(successes, ended, rings=True), claimed
     if plan is not None and claim_at_once.applies(plan) and not _any_workflow(successes):
         return _succeed_many_and_claim_at_once(successes, job_id, count, plan, task, worker)
+    if plan is None and successes and _in_one_message():  # a workflow's nodes
+        statement = statements.successes_and_claim_statement(successes, job_id, task, worker, count)
+        rows = _end_and_advance(statement, successes, released)
+        ended, claimed = statements.read_successes_and_claim(rows)
+        return _settled(successes, ended, rings=True), claimed
     with transaction.atomic():
         if plan is None:  # still one statement for both
             holds = None
@@ -195,6 +200,9 @@ def succeed_many(
             queue=successes[0].job.queue, queue_held=queue_held, task_held=task_held
         )
         return _settled(successes, ended, rings=True, holds=holds)
+    if _in_one_message():  # a workflow's nodes
+        rows = _end_and_advance(statements.successes_statement(successes), successes, released)
+        return _settled(successes, {row[0] for row in rows}, rings=True)
     with transaction.atomic():  # one per success elsewhere; a workflow's release with them
         ended = _end_successes(successes)
         freed = _advance(*(success.job for success in successes if success.job.pk in ended))
@@ -202,6 +210,24 @@ def succeed_many(
     if released is not None:
         released.extend(freed)
     return _settled(successes, ended, rings=False)
+
+
+def _in_one_message() -> bool:
+    from jobs.workflows.release import in_one_message
+
+    return in_one_message()
+
+
+def _end_and_advance(statement, successes, released: list[Job] | None) -> list[tuple]:
+    """Write ``statement`` (the successes of workflows' nodes, and perhaps a claim) and
+    release what they unblock, in one transaction of two round trips (jobs.workflows);
+    return the statement's rows."""
+    from jobs.workflows.release import end_and_advance
+
+    rows, freed = end_and_advance(*statement, [success.job.pk for success in successes])
+    if released is not None:
+        released.extend(freed)
+    return rows
 
 
 def _any_workflow(successes) -> bool:

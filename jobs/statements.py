@@ -417,11 +417,23 @@ def end_successes_and_claim(
     if connection.vendor != "postgresql" or not successes:  # SQLite has no UPDATE in WITH
         ended = end_successes(successes)
         return ended, claim_many(job_id, task=task, worker=worker, count=count)
+    with connection.cursor() as cursor:
+        cursor.execute(*successes_and_claim_statement(successes, job_id, task, worker, count))
+        return read_successes_and_claim(cursor.fetchall())
+
+
+def successes_and_claim_statement(
+    successes: list[Success], job_id: int, task: str, worker: str, count: int
+) -> tuple[str, list]:
+    """``end_successes_and_claim``'s statement (PostgreSQL, one success or more) and its
+    parameters; ``read_successes_and_claim`` reads its rows."""
     now = timezone.now()
     params = _successes_params(successes, now) + _claim_params(job_id, task, worker, now, count)
-    with connection.cursor() as cursor:
-        cursor.execute(_successes_and_claim_sql(), params)
-        rows = cursor.fetchall()
+    return _successes_and_claim_sql(), params
+
+
+def read_successes_and_claim(rows: list[tuple]) -> tuple[set[int], list[Job]]:
+    """The ids of the runs ended and the jobs claimed, best first."""
     ended = set(rows[0][0]) if rows else set()
     claimed = (job_from_row(row[1:]) for row in rows if row[1] is not None)
     return ended, in_claim_order(claimed)

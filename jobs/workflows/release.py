@@ -18,6 +18,10 @@ jobs.services.operator for the cancel of a job that was not running). It
    'waiting'``): released to ``queued`` (its doorbell rung on commit), or cancelled with
    reason ``upstream`` when its condition is not met — and a cancelled D advances in turn.
 
+A worker's successes take ``end_and_advance``: one message opens the transaction, writes
+the ends (and the next chunk's claim) and sends 1, 2 and 3; the ``COMMIT`` follows, after
+the releases if any. The lock is still held to the commit, so what follows holds for it too.
+
 Why two members ending at once can neither both release D nor both miss it: each marks its
 own edge done *before* it asks for D's lock, and holds that lock until it commits. The one
 that gets the lock second waits for the first to commit; under READ COMMITTED its next
@@ -40,13 +44,14 @@ cancelled because of it (reason ``upstream``) wait again, theirs with them.
 
 import json
 
-from django.db import connection
+from django.db import DatabaseError, connection
 from django.db.models import Q
 from django.utils import timezone
+from psycopg.pq import TransactionStatus
 
 from jobs import statements
 from jobs.models import FINISHED, Condition, Job, JobDependency, JobReason, JobStatus
-from jobs.publish import publish_on_commit
+from jobs.publish import publish, publish_on_commit
 from jobs.services.base import log_job
 from jobs.transitions import transition
 
@@ -63,10 +68,72 @@ ASK = object()
 def advance(*jobs: Job) -> list[Job]:
     """Record that ``jobs`` ended (inside that transaction); return the jobs they released."""
     ended = [job.pk for job in jobs if job.workflow_id is not None and job.status in FINISHED]
+    released = _released(_mark_done(ended) if ended else [])
+    if released:
+        publish_on_commit(released)
+    return released
+
+
+def end_and_advance(statement: str, params: list, job_ids: list[int]) -> tuple[list, list[Job]]:
+    """Run ``statement`` (an end of runs of ``job_ids``), then ``advance`` the workflows of
+    those it ended, in one transaction whose first message carries the ``BEGIN``, the end,
+    steps 1 and 2 and step 3: a chunk that releases nothing costs two round trips (that
+    message and the ``COMMIT``), not four. Return the statement's rows and the jobs
+    released (published once committed).
+
+    PostgreSQL with several statements per message, outside any transaction (the caller
+    checks ``in_one_message``). Nothing in between may open a transaction of Django's own:
+    Django still sees autocommit, so a failure rolls back here.
+    """
+    with connection.cursor() as cursor:
+        try:
+            cursor.execute(
+                f"BEGIN; {statement}; {_MARK_ENDED_AND_LOCK}; {_READY}",
+                [*params, job_ids, job_ids, S.WAITING],
+            )
+            cursor.nextset()  # past the BEGIN
+            rows = cursor.fetchall()
+            cursor.nextset()
+            locked = cursor.fetchall()
+            cursor.nextset()
+            released = _released(_still_waiting(locked, dict(cursor.fetchall())))
+            cursor.execute("COMMIT")
+        except BaseException:
+            _roll_back(cursor)
+            raise
+    if released:
+        publish(released)
+    return rows, released
+
+
+def in_one_message() -> bool:
+    """Whether ``end_and_advance`` may run here (else: ``advance`` in an ``atomic`` block)."""
+    return (
+        statements.several_per_message()
+        and connection.get_autocommit()
+        and not connection.in_atomic_block
+    )
+
+
+def _roll_back(cursor) -> None:
+    """End ``end_and_advance``'s transaction after a failure (closed with its connection if
+    that is what failed)."""
+    raw = connection.connection
+    if raw is None or raw.info.transaction_status == TransactionStatus.IDLE:
+        return
+    try:
+        cursor.execute("ROLLBACK")
+    except DatabaseError:
+        connection.close()
+
+
+def _released(ready: list[tuple[int, object]]) -> list[Job]:
+    """Decide the dependants ``_mark_done`` answered, then those of each one cancelled in
+    turn; return the ones released."""
     released: list[Job] = []
-    while ended:  # a cancelled dependant ends too: its own dependants are decided in turn
+    while ready:  # a cancelled dependant ends too: its own dependants are decided in turn
         cancelled = []
-        for dependant, payload in _mark_done(ended):
+        for dependant, payload in ready:
             moved = _decide(dependant, payload)
             if moved is None:
                 continue
@@ -74,9 +141,7 @@ def advance(*jobs: Job) -> list[Job]:
                 released.append(moved)
             else:
                 cancelled.append(moved.pk)
-        ended = cancelled
-    if released:
-        publish_on_commit(released)
+        ready = _mark_done(cancelled) if cancelled else []
     return released
 
 
@@ -93,6 +158,14 @@ _MARK_AND_LOCK = {
     "sqlite": f"UPDATE {EDGES} SET done = true WHERE dependency_id IN ({{ids}}) AND NOT done "
     "RETURNING dependant_id",
 }
+# Steps 1 and 2 after an end sent in the same message, which answers no ids: the edges of
+# those of the jobs that are now finished (a run taken away, or cancelled meanwhile, is not;
+# whoever ends it advances it).
+_MARK_ENDED_AND_LOCK = _MARK_AND_LOCK["postgresql"].replace(
+    "dependency_id = ANY(%s::bigint[])",
+    f"dependency_id IN (SELECT id FROM {JOBS} WHERE id = ANY(%s::bigint[]) "
+    f"AND status IN ({', '.join(repr(str(status)) for status in sorted(FINISHED))}))",
+)
 # Step 3 for every dependant at once, sent in the same message as steps 1 and 2 where a
 # message may carry several statements: a statement of its own (its snapshot taken after
 # the locks) that answers the dependants now ready (no edge left not done) with their
@@ -122,9 +195,13 @@ def _mark_done(dependencies: list[int]) -> list[tuple[int, object]]:
         )
         locked = cursor.fetchall()
         cursor.nextset()
-        ready = dict(cursor.fetchall())
-    # Not waiting: cancelled meanwhile, or released by another ending (see above). Waiting
-    # but not ready: an edge is left, whose end will decide it.
+        return _still_waiting(locked, dict(cursor.fetchall()))
+
+
+def _still_waiting(locked: list[tuple[int, str]], ready: dict) -> list[tuple[int, object]]:
+    """The dependants locked by step 2 that step 3 found ready, with their payloads. Not
+    waiting: cancelled meanwhile, or released by another ending (see above). Waiting but
+    not ready: an edge is left, whose end will decide it."""
     return [
         (job_id, ready[job_id])
         for job_id, status in locked

@@ -12,9 +12,11 @@ import threading
 
 import pytest
 from django.db import connection, transaction
+from django.utils import timezone
 
-from jobs import completer, outcome, services, workflows
+from jobs import completer, outcome, services, statements, workflows
 from jobs.models import Job, JobStatus
+from jobs.workflows.release import in_one_message
 from tests.processes import wait_until
 from tests.workflows.conftest import enqueue
 
@@ -31,10 +33,22 @@ def _waiting_on_locks() -> int:
         return cursor.fetchone()[0]
 
 
-def _end(job: Job, errors: list) -> None:
+def _finish(job: Job) -> None:
+    """A run's end as a single message writes it: in an atomic block, step by step."""
+    with transaction.atomic():
+        completer.finish(outcome.Decision(S.SUCCEEDED, result="1"), job)
+
+
+def _succeed_in_one_message(job: Job) -> None:
+    """A chunk's successes as a batch writes them: the end, the edges' mark and lock and the
+    "ready?" question in one message of an explicit transaction (release.end_and_advance)."""
+    assert in_one_message()
+    completer.succeed_many([statements.Success(job, "1", job.started_at, timezone.now())])
+
+
+def _end(end, job: Job, errors: list) -> None:
     try:
-        with transaction.atomic():
-            completer.finish(outcome.Decision(S.SUCCEEDED, result="1"), job)
+        end(job)
     except Exception as exc:  # noqa: BLE001 - reported by the test
         errors.append(exc)
     finally:
@@ -51,10 +65,10 @@ def _hold_lock(job_id: int, locked: threading.Event, release: threading.Event) -
         connection.close()
 
 
-@pytest.mark.parametrize("rounds", [3])
-def test_two_last_members_racing_release_the_callback_exactly_once(rounds, caplog):
+@pytest.mark.parametrize("end", [_finish, _succeed_in_one_message])
+def test_two_last_members_racing_release_the_callback_exactly_once(end, caplog):
     caplog.set_level(logging.INFO, logger="jobs")
-    for _ in range(rounds):
+    for _ in range(3):
         caplog.clear()
         flow = enqueue(
             workflows.chord(
@@ -72,7 +86,7 @@ def test_two_last_members_racing_release_the_callback_exactly_once(rounds, caplo
         holder.start()
         assert locked.wait(timeout=10)
         errors: list = []
-        enders = [threading.Thread(target=_end, args=(job, errors)) for job in claimed]
+        enders = [threading.Thread(target=_end, args=(end, job, errors)) for job in claimed]
         for thread in enders:
             thread.start()
         # Both ends are written and both wait for the callback's lock: neither has committed.
