@@ -151,7 +151,9 @@ def _pick_sql(queue_limited: bool, task_limited: bool, key_limited: bool, only: 
     ctes = [
         # The claim's time, read after the lock: a run that ended while this claim waited
         # for it ended before this one started (the worker's clock read before the message
-        # left would put the start first).
+        # left would put the start first). Across hosts this holds as far as their clocks
+        # and the database's agree (NTP); a database clock ahead of the worker's lengthens
+        # the lease by that much.
         "clock AS MATERIALIZED (SELECT GREATEST(%s::timestamptz, clock_timestamp()) AS at)",
         f"s AS MATERIALIZED (SELECT {', '.join(state)} FROM {STATE_TABLE} q "
         f"JOIN {TASK_STATE_TABLE} t ON t.name = %s "

@@ -44,14 +44,14 @@ cancelled because of it (reason ``upstream``) wait again, theirs with them.
 
 import json
 
-from django.db import DatabaseError, connection
+from django.db import connection
 from django.db.models import Q
 from django.utils import timezone
 from psycopg.pq import TransactionStatus
 
 from jobs import statements
 from jobs.models import FINISHED, Condition, Job, JobDependency, JobReason, JobStatus
-from jobs.publish import publish, publish_on_commit
+from jobs.publish import publish_on_commit
 from jobs.services.base import log_job
 from jobs.transitions import transition
 
@@ -101,18 +101,21 @@ def end_and_advance(statement: str, params: list, job_ids: list[int]) -> tuple[l
         except BaseException:
             _roll_back(cursor)
             raise
-    if released:
-        publish(released)
+    if released:  # committed: published at once, a failure logged (the sweeper re-sends)
+        publish_on_commit(released)
     return rows, released
 
 
 def in_one_message() -> bool:
     """Whether ``end_and_advance`` may run here (else: ``advance`` in an ``atomic`` block)."""
-    return (
+    if not (
         statements.several_per_message()
         and connection.get_autocommit()
         and not connection.in_atomic_block
-    )
+    ):
+        return False
+    raw = connection.connection  # not inside a transaction opened some other way either
+    return raw is None or raw.info.transaction_status == TransactionStatus.IDLE
 
 
 def _roll_back(cursor) -> None:
@@ -123,8 +126,11 @@ def _roll_back(cursor) -> None:
         return
     try:
         cursor.execute("ROLLBACK")
-    except DatabaseError:
+    except Exception:  # the connection failed (the first failure is the one raised)
         connection.close()
+    except BaseException:  # a second signal came meanwhile: never reuse the connection
+        connection.close()
+        raise
 
 
 def _released(ready: list[tuple[int, object]]) -> list[Job]:

@@ -96,3 +96,8 @@ def test_inside_the_callers_transaction_it_keeps_to_an_atomic_block():
         assert not release.in_one_message()
         completer.succeed_many(_successes(runs))
         assert Job.objects.get(pk=callback.pk).status == S.QUEUED
+    assert release.in_one_message()
+    with connection.cursor() as cursor:  # a transaction Django does not know of
+        cursor.execute("BEGIN")
+        assert not release.in_one_message()
+        cursor.execute("ROLLBACK")

@@ -74,8 +74,6 @@ def test_a_shutdown_before_the_follow_on_leaves_it_to_the_doorbell_it_already_ha
     flow = enqueue(workflows.chain(("tests.wf.add", {"n": 1}), ("tests.wf.add", {"n": 10})))
     first, second = _nodes(flow)
     published, rung = [], []
-    # published once committed: after the end's own COMMIT, or on an atomic block's commit
-    monkeypatch.setattr(release, "publish", lambda jobs: published.extend(jobs))
     monkeypatch.setattr(release, "publish_on_commit", lambda jobs: published.extend(jobs))
     monkeypatch.setattr(batches, "_ring_again", lambda anchor, n: rung.append((anchor, n)))
     ended = completer.succeed_many
