@@ -153,13 +153,15 @@ def _released(ready: list[tuple[int, object]]) -> list[Job]:
 
 # Steps 1 and 2 in one statement: the edges are marked (and row-locked) by the CTE before
 # the main query locks the dependants, in id order (one lock order for every transaction).
+# ``{ended}``: which jobs' edges.
+_MARK_AND_LOCK_OF = (
+    f"WITH marked AS (UPDATE {EDGES} SET done = true "
+    "WHERE dependency_id {ended} AND NOT done RETURNING dependant_id) "
+    f"SELECT id, status FROM {JOBS} WHERE id IN (SELECT dependant_id FROM marked) "
+    "ORDER BY id FOR NO KEY UPDATE"
+)
 _MARK_AND_LOCK = {
-    "postgresql": (
-        f"WITH marked AS (UPDATE {EDGES} SET done = true "
-        "WHERE dependency_id = ANY(%s::bigint[]) AND NOT done RETURNING dependant_id) "
-        f"SELECT id, status FROM {JOBS} WHERE id IN (SELECT dependant_id FROM marked) "
-        "ORDER BY id FOR NO KEY UPDATE"
-    ),
+    "postgresql": _MARK_AND_LOCK_OF.format(ended="= ANY(%s::bigint[])"),
     # SQLite writes one transaction at a time: no lock to take.
     "sqlite": f"UPDATE {EDGES} SET done = true WHERE dependency_id IN ({{ids}}) AND NOT done "
     "RETURNING dependant_id",
@@ -167,10 +169,9 @@ _MARK_AND_LOCK = {
 # Steps 1 and 2 after an end sent in the same message, which answers no ids: the edges of
 # those of the jobs that are now finished (a run taken away, or cancelled meanwhile, is not;
 # whoever ends it advances it).
-_MARK_ENDED_AND_LOCK = _MARK_AND_LOCK["postgresql"].replace(
-    "dependency_id = ANY(%s::bigint[])",
-    f"dependency_id IN (SELECT id FROM {JOBS} WHERE id = ANY(%s::bigint[]) "
-    f"AND status IN ({', '.join(repr(str(status)) for status in sorted(FINISHED))}))",
+_MARK_ENDED_AND_LOCK = _MARK_AND_LOCK_OF.format(
+    ended=f"IN (SELECT id FROM {JOBS} WHERE id = ANY(%s::bigint[]) "
+    f"AND status IN ({', '.join(repr(str(status)) for status in sorted(FINISHED))}))"
 )
 # Step 3 for every dependant at once, sent in the same message as steps 1 and 2 where a
 # message may carry several statements: a statement of its own (its snapshot taken after
