@@ -21,7 +21,8 @@ reads are timed), and, each the median of 5 after one warm-up:
   changelist unfiltered and filtered by status (``dead``), queue and task, and one job's
   change page;
 * in-process: one sweeper run (``sweep()``, steady state: nothing due to re-send), the claim
-  (``jobs.statements.claim`` of one of 200 freshly queued rows, median of 200) and pickup
+  (``jobs.statements.claim`` of one of 200 freshly queued rows, median of 100 prepared and of
+  100 sent as text, alternating: jobs.prepared) and pickup
   (``services.enqueue`` commit → the job body's start in a real worker, median of 20);
 * the purge (last, at each non-empty size): the completed retention is set so that the
   oldest ``min(1,000,000, half the succeeded rows)`` succeeded rows are expired, and
@@ -273,8 +274,10 @@ def sweeper_ms() -> float:
     return median_ms(sweep)
 
 
-def claim_ms() -> float:
+def claim_ms() -> tuple[float, float]:
+    """The claim's median time, prepared (as a worker sends it) and as text, alternating."""
     from django.db import connection
+    from django.test.utils import override_settings
 
     from jobs.statements import claim
 
@@ -285,14 +288,16 @@ def claim_ms() -> float:
     with connection.cursor() as cursor:
         cursor.execute("SELECT id FROM jobs_job WHERE task = 'scale.claim' AND status = 'queued'")
         ids = cursor.fetchall()
-    times = []
-    for (job_id,) in ids:
-        started = time.perf_counter()
-        if claim(job_id, task="scale.claim", worker="scale@bench:1/1") is None:
-            raise SystemExit(f"claim of {job_id} failed")
-        times.append((time.perf_counter() - started) * 1000)
+    times: dict[bool, list[float]] = {True: [], False: []}
+    for number, (job_id,) in enumerate(ids):
+        prepared = number % 2 == 0
+        with override_settings(CONVEYOR_PREPARED_STATEMENTS=prepared):
+            started = time.perf_counter()
+            if claim(job_id, task="scale.claim", worker="scale@bench:1/1") is None:
+                raise SystemExit(f"claim of {job_id} failed")
+            times[prepared].append((time.perf_counter() - started) * 1000)
     execute("DELETE FROM jobs_job WHERE task = 'scale.claim'")
-    return round(statistics.median(times), 2)
+    return tuple(round(statistics.median(times[way]), 2) for way in (True, False))
 
 
 def pickup_ms() -> float:
@@ -499,7 +504,7 @@ def main() -> dict:
             print(f"scale: {size:,} jobs built in {built:.0f} s", flush=True)
             entry = {"build_s": round(built, 1)}
             entry["reads"] = {"sweeper run": sweeper_ms(), **http_reads(client, token)}
-            entry["reads"]["the claim"] = claim_ms()
+            entry["reads"]["the claim"], entry["reads"]["the claim, as text"] = claim_ms()
             entry["reads"]["pickup"] = pickup_ms()
             if size and not (KEEP and size == SIZES[-1]):
                 entry["purge"] = measure_purge()

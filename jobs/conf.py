@@ -31,6 +31,7 @@ class JobSettings:
     shutdown_grace: timedelta
     queue_concurrency: dict[str, int]
     workflow_max_nodes: int
+    prepared_statements: bool
 
 
 # Further in the future than this, a job is not published at enqueue: a countdown is held
@@ -57,6 +58,7 @@ def get() -> JobSettings:
         shutdown_grace=settings.CONVEYOR_SHUTDOWN_GRACE,
         queue_concurrency=dict(settings.CONVEYOR_QUEUE_CONCURRENCY),
         workflow_max_nodes=settings.CONVEYOR_WORKFLOW_MAX_NODES,
+        prepared_statements=settings.CONVEYOR_PREPARED_STATEMENTS,
     )
 
 

@@ -24,7 +24,7 @@ from functools import cache
 from django.db import connection
 from django.utils import timezone
 
-from jobs import conf
+from jobs import conf, prepared
 from jobs.attempts import append_sql
 from jobs.models import Job, JobReason, JobStatus, QueueState, TaskState
 
@@ -308,7 +308,8 @@ def claim(job_id: int, *, task: str, worker: str, exact: bool = False) -> Job | 
         params = _claim_params(job_id, task, worker, timezone.now())
         if exact:
             params.insert(-1, job_id)
-        cursor.execute(_claim_sql(connection.vendor, exact), params)
+        name = "claim_exactly" if exact else "claim"
+        prepared.execute(cursor, name, _claim_sql(connection.vendor, exact), params)
         row = cursor.fetchone()
     return job_from_row(row) if row else None
 
@@ -317,7 +318,7 @@ def claim_many(job_id: int, *, task: str, worker: str, count: int) -> list[Job]:
     """Claim the ``count`` best runnable jobs of ``task`` in ``job_id``'s queue, best first."""
     params = _claim_params(job_id, task, worker, timezone.now(), count)
     with connection.cursor() as cursor:
-        cursor.execute(_claim_sql(connection.vendor), params)
+        prepared.execute(cursor, "claim", _claim_sql(connection.vendor), params)
         return in_claim_order(job_from_row(row) for row in cursor.fetchall())
 
 
@@ -342,7 +343,8 @@ def end(job: Job, ending: Ending) -> Job | None:
     """
     params = _end_params(job, ending, timezone.now())
     with connection.cursor() as cursor:
-        cursor.execute(f"{_end_sql(connection.vendor)} RETURNING {COLUMNS}", params)
+        sql = f"{_end_sql(connection.vendor)} RETURNING {COLUMNS}"
+        prepared.execute(cursor, "end", sql, params)
         row = cursor.fetchone()
     return job_from_row(row) if row else None
 
@@ -351,7 +353,7 @@ def _end_returning_id(job: Job, ending: Ending) -> bool:
     """``end`` that reads nothing back: whether the run was ended."""
     params = _end_params(job, ending, timezone.now())
     with connection.cursor() as cursor:
-        cursor.execute(f"{_end_sql(connection.vendor)} RETURNING id", params)
+        prepared.execute(cursor, "end_id", f"{_end_sql(connection.vendor)} RETURNING id", params)
         return cursor.fetchone() is not None
 
 
@@ -367,7 +369,8 @@ def end_successes(successes: list[Success]) -> set[int]:
     if len(successes) == 1 or connection.vendor != "postgresql":  # scalars bind faster
         return {s.job.pk for s in successes if _end_returning_id(s.job, _succeeded(s))}
     with connection.cursor() as cursor:
-        cursor.execute(_successes_sql(), _successes_params(successes, timezone.now()))
+        params = _successes_params(successes, timezone.now())
+        prepared.execute(cursor, "successes", _successes_sql(), params)
         return {row[0] for row in cursor.fetchall()}
 
 
@@ -418,7 +421,8 @@ def end_successes_and_claim(
         ended = end_successes(successes)
         return ended, claim_many(job_id, task=task, worker=worker, count=count)
     with connection.cursor() as cursor:
-        cursor.execute(*successes_and_claim_statement(successes, job_id, task, worker, count))
+        sql, params = successes_and_claim_statement(successes, job_id, task, worker, count)
+        prepared.execute(cursor, "successes_and_claim", sql, params)
         return read_successes_and_claim(cursor.fetchall())
 
 

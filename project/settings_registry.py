@@ -120,6 +120,12 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     _s("CONVEYOR_JOB_LOG_SUCCESS", "boolean", "false", "one job.succeeded log line per success"),
     _s(
+        "CONVEYOR_PREPARED_STATEMENTS",
+        "boolean",
+        "true",
+        "PostgreSQL: the hot claim and end statements prepared once per connection",
+    ),
+    _s(
         "CONVEYOR_WORKER_HEARTBEAT",
         "duration",
         "5s",

@@ -2,7 +2,8 @@
 
 The connection goes to the checked IP address while everything else about the request uses
 the URL's host name: the ``Host`` header, TLS SNI and certificate verification. Connection
-pools are kept per (scheme, host, port, address) in each worker process, so keep-alive
+pools are kept per (scheme, host, port, address) in each worker process, each keeping as
+many idle connections as deliveries may be in flight to one endpoint, so keep-alive
 connections are reused without ever reaching an address that was not checked.
 """
 
@@ -30,6 +31,7 @@ from urllib3.exceptions import (
 from urllib3.exceptions import TimeoutError as HTTPTimeout
 from urllib3.util import connection as urllib3_connection
 
+from webhooks import conf
 from webhooks.ssrf import Address, Target
 
 MAX_POOLS = 32
@@ -118,7 +120,12 @@ def _pool(target: Target, address: Address, ca_certs: str | None) -> HTTPConnect
         if pool is not None:
             _pools.move_to_end(key)
             return pool
-        options = {"maxsize": 4, "block": False, "retries": False, "pinned_address": str(address)}
+        options = {
+            "maxsize": _connections_kept(),
+            "block": False,
+            "retries": False,
+            "pinned_address": str(address),
+        }
         if target.scheme == "https":
             pool = PinnedHTTPSConnectionPool(
                 target.host,
@@ -134,6 +141,14 @@ def _pool(target: Target, address: Address, ca_certs: str | None) -> HTTPConnect
             _, evicted = _pools.popitem(last=False)
             evicted.close()
         return pool
+
+
+def _connections_kept() -> int:
+    """How many idle connections a pool keeps: one per delivery that may be in flight to
+    the endpoint from this process, so a busy endpoint's connections stay alive instead of
+    being opened and dropped for every delivery beyond the pool's size."""
+    settings = conf.get()
+    return max(1, min(settings.endpoint_concurrency, settings.concurrency))
 
 
 def post(

@@ -44,12 +44,12 @@ cancelled because of it (reason ``upstream``) wait again, theirs with them.
 
 import json
 
-from django.db import connection
+from django.db import ProgrammingError, connection
 from django.db.models import Q
 from django.utils import timezone
 from psycopg.pq import TransactionStatus
 
-from jobs import statements
+from jobs import prepared, statements
 from jobs.models import FINISHED, Condition, Job, JobDependency, JobReason, JobStatus
 from jobs.publish import publish_on_commit
 from jobs.services.base import log_job
@@ -74,7 +74,9 @@ def advance(*jobs: Job) -> list[Job]:
     return released
 
 
-def end_and_advance(statement: str, params: list, job_ids: list[int]) -> tuple[list, list[Job]]:
+def end_and_advance(
+    statement: str, params: list, job_ids: list[int], *, retried: bool = False
+) -> tuple[list, list[Job]]:
     """Run ``statement`` (an end of runs of ``job_ids``), then ``advance`` the workflows of
     those it ended, in one transaction whose first message carries the ``BEGIN``, the end,
     steps 1 and 2 and step 3: a chunk that releases nothing costs two round trips (that
@@ -83,14 +85,21 @@ def end_and_advance(statement: str, params: list, job_ids: list[int]) -> tuple[l
 
     PostgreSQL with several statements per message, outside any transaction (the caller
     checks ``in_one_message``). Nothing in between may open a transaction of Django's own:
-    Django still sees autocommit, so a failure rolls back here.
+    Django still sees autocommit, so a failure rolls back here. The three statements go as
+    ``EXECUTE`` of their prepared forms (jobs.prepared); if the server lost one, the
+    transaction is rolled back, nothing written, and the message sent again as text.
     """
+    message = "; ".join(
+        (
+            "BEGIN",
+            prepared.inline("nodes_end", statement),
+            prepared.inline("mark_ended_and_lock", _MARK_ENDED_AND_LOCK),
+            prepared.inline("ready", _READY),
+        )
+    )
     with connection.cursor() as cursor:
         try:
-            cursor.execute(
-                f"BEGIN; {statement}; {_MARK_ENDED_AND_LOCK}; {_READY}",
-                [*params, job_ids, job_ids, S.WAITING],
-            )
+            cursor.execute(message, [*params, job_ids, job_ids, S.WAITING])
             cursor.nextset()  # past the BEGIN
             rows = cursor.fetchall()
             cursor.nextset()
@@ -98,6 +107,12 @@ def end_and_advance(statement: str, params: list, job_ids: list[int]) -> tuple[l
             cursor.nextset()
             released = _released(_still_waiting(locked, dict(cursor.fetchall())))
             cursor.execute("COMMIT")
+        except ProgrammingError as exc:
+            _roll_back(cursor)
+            if retried or not prepared.lost(exc):
+                raise
+            # rolled back, nothing written: again, as text (jobs.prepared)
+            return end_and_advance(statement, params, job_ids, retried=True)
         except BaseException:
             _roll_back(cursor)
             raise

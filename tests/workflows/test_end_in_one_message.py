@@ -32,15 +32,18 @@ def _successes(runs: list[Job]) -> list[statements.Success]:
 
 def test_a_chunk_that_releases_nothing_costs_two_round_trips_and_the_last_releases():
     runs, callback = _claimed_chord(6)
+    completer.succeed_many(_successes(runs[:2]))  # this connection prepares the statements
     with CaptureQueriesContext(connection) as queries:
-        settled = completer.succeed_many(_successes(runs[:3]))
-    assert [succeeded for _, succeeded in settled] == [True] * 3
+        settled = completer.succeed_many(_successes(runs[2:4]))
+    assert [succeeded for _, succeeded in settled] == [True] * 2
     assert [query["sql"].split(";")[0] for query in queries] == ["BEGIN", "COMMIT"]
+    if connection.vendor == "postgresql":  # sent as the prepared statements (jobs.prepared)
+        assert queries[0]["sql"].count("; EXECUTE conveyor_") == 3
     callback.refresh_from_db()
     assert callback.status == S.WAITING
     released: list[Job] = []
     with CaptureQueriesContext(connection) as queries:
-        completer.succeed_many(_successes(runs[3:]), released=released)
+        completer.succeed_many(_successes(runs[4:]), released=released)
     assert queries[-1]["sql"] == "COMMIT"  # the release came before it, in that transaction
     callback.refresh_from_db()
     assert [job.pk for job in released] == [callback.pk] and callback.status == S.QUEUED
@@ -101,3 +104,21 @@ def test_inside_the_callers_transaction_it_keeps_to_an_atomic_block():
         cursor.execute("BEGIN")
         assert not release.in_one_message()
         cursor.execute("ROLLBACK")
+
+
+def test_a_prepared_statement_the_server_lost_is_sent_again_as_text_and_nothing_is_lost():
+    if connection.vendor != "postgresql":
+        pytest.skip("prepared statements are PostgreSQL's")
+    runs, callback = _claimed_chord(2)
+    completer.succeed_many(_successes(runs[:1]))  # prepares them
+    with connection.cursor() as cursor:
+        cursor.execute("DEALLOCATE ALL")  # as a pooler's DISCARD ALL would
+    released: list[Job] = []
+    with CaptureQueriesContext(connection) as queries:
+        settled = completer.succeed_many(_successes(runs[1:]), released=released)
+    assert [succeeded for _, succeeded in settled] == [True]
+    assert [job.pk for job in released] == [callback.pk]
+    assert Job.objects.get(pk=callback.pk).status == S.QUEUED
+    sent = [query["sql"] for query in queries]
+    assert "EXECUTE" in sent[0] and sent[1] == "ROLLBACK"  # the first try, rolled back
+    assert sent[2].startswith("BEGIN; \nUPDATE") and "EXECUTE" not in sent[2]
