@@ -7,27 +7,33 @@ connection prepares each hot statement the first time it runs it outside a trans
 the text is sent as before) and then sends ``EXECUTE conveyor_<name>_<checksum>(…)`` with
 the same parameters, bound the way every other statement is. The same first message sets the
 session's ``plan_cache_mode`` to ``force_generic_plan``: these statements' plans do not
-depend on their parameters (a claim's queue comes from its job's row either way), and Django
-prepares no statement of its own, so nothing else on the connection is affected.
+depend on their parameters (a claim's queue comes from its job's row either way; left at
+``auto`` the server kept planning each call). The setting is the session's: Django prepares
+no statement of its own, but cached plans of PL/pgSQL functions run on that connection (the
+accounting triggers, a task body's own functions) are generic too.
 
-``CONVEYOR_PREPARED_STATEMENTS=false`` sends the text every time, for a connection pooler in
-transaction mode that does not keep a session's prepared statements. A connection whose
-statement the server lost, or whose ``PREPARE`` is refused (a statement of that name already
-there: a pooler mixing sessions), sends the text for the rest of its life and logs
-``jobs.prepared_statements_off`` once.
+``CONVEYOR_PREPARED_STATEMENTS=false`` sends the text every time: behind any connection
+pooler in transaction mode (PgBouncer's ``max_prepared_statements`` tracks protocol-level
+statements, not SQL ``PREPARE``), or with ``server_side_binding`` (where nothing is done
+here either). A connection whose statement the server lost or whose statement went stale (a
+migration changed a column it returns), or whose ``PREPARE`` is refused (a statement of that
+name already there), sends the text for the rest of its life and logs
+``jobs.prepared_statements_off``.
 """
 
 import logging
 import re
 import zlib
 
-from django.db import ProgrammingError, connection
+from django.db import NotSupportedError, ProgrammingError, connection
 
 from jobs import conf
 
 logger = logging.getLogger("jobs")
 _PLACEHOLDER = re.compile(r"%(s|%)")
-_LOST = "26000"  # invalid_sql_statement_name: the server lost it (a pooler mixing sessions)
+# The server lost the statement (invalid_sql_statement_name: a pooler mixing sessions), or a
+# migration changed a column it returns ("cached plan must not change result type").
+_STALE = {"26000", "0A000"}
 
 
 def execute(cursor, name: str, sql: str, params: list) -> None:
@@ -48,7 +54,7 @@ def execute(cursor, name: str, sql: str, params: list) -> None:
         prepared.add(name)
     try:
         cursor.execute(f"EXECUTE {name}({', '.join(['%s'] * len(params))})", params)
-    except ProgrammingError as exc:
+    except (ProgrammingError, NotSupportedError) as exc:
         if not lost(exc):
             raise
         if not _outside_transaction():
@@ -79,9 +85,10 @@ def inline(name: str, sql: str) -> str:
 
 
 def lost(exc: Exception) -> bool:
-    """Whether ``exc`` says the server lost a prepared statement (this connection then sends
-    text from now on)."""
-    if getattr(exc.__cause__, "sqlstate", None) != _LOST:
+    """Whether ``exc`` says a prepared statement is lost or stale (this connection then
+    sends text from now on: it is replaced within ``CONN_MAX_AGE``, and a new one prepares
+    afresh)."""
+    if getattr(exc.__cause__, "sqlstate", None) not in _STALE:
         return False
     _give_up_here(exc)
     return True
@@ -101,6 +108,8 @@ def _prepared_here() -> set[str] | None:
     """The names prepared on the current connection, or None where none may be."""
     if connection.vendor != "postgresql" or not conf.get().prepared_statements:
         return None
+    if connection.settings_dict.get("OPTIONS", {}).get("server_side_binding"):
+        return None  # psycopg binds and may prepare by itself; EXECUTE takes no $n there
     connection.ensure_connection()
     raw = connection.connection
     held = getattr(connection, "_conveyor_prepared", None)
@@ -111,13 +120,14 @@ def _prepared_here() -> set[str] | None:
 
 
 def _give_up_here(exc: Exception) -> None:
-    """Send text for the rest of this connection's life: its session is not its own."""
+    """Send text for the rest of this connection's life (a new one prepares afresh)."""
     connection._conveyor_prepared = (connection.connection, None)
     logger.warning(
         "jobs.prepared_statements_off",
         extra={
             "reason": str(exc).splitlines()[0][:200],
-            "hint": "a connection pooler in transaction mode: CONVEYOR_PREPARED_STATEMENTS=false",
+            "hint": "a migration changed the table, or a pooler in transaction mode "
+            "(then set CONVEYOR_PREPARED_STATEMENTS=false)",
         },
     )
 

@@ -44,7 +44,7 @@ cancelled because of it (reason ``upstream``) wait again, theirs with them.
 
 import json
 
-from django.db import ProgrammingError, connection
+from django.db import NotSupportedError, ProgrammingError, connection
 from django.db.models import Q
 from django.utils import timezone
 from psycopg.pq import TransactionStatus
@@ -86,8 +86,9 @@ def end_and_advance(
     PostgreSQL with several statements per message, outside any transaction (the caller
     checks ``in_one_message``). Nothing in between may open a transaction of Django's own:
     Django still sees autocommit, so a failure rolls back here. The three statements go as
-    ``EXECUTE`` of their prepared forms (jobs.prepared); if the server lost one, the
-    transaction is rolled back, nothing written, and the message sent again as text.
+    ``EXECUTE`` of their prepared forms (jobs.prepared); if the server lost one (or it went
+    stale), the transaction is rolled back, nothing written, and the message sent again as
+    text.
     """
     message = "; ".join(
         (
@@ -107,7 +108,7 @@ def end_and_advance(
             cursor.nextset()
             released = _released(_still_waiting(locked, dict(cursor.fetchall())))
             cursor.execute("COMMIT")
-        except ProgrammingError as exc:
+        except (ProgrammingError, NotSupportedError) as exc:
             _roll_back(cursor)
             if retried or not prepared.lost(exc):
                 raise

@@ -170,3 +170,36 @@ def test_a_chunks_successes_and_the_next_claim_are_one_prepared_statement():
     assert [job.pk for job in claimed] == [second.pk]
     assert sent.captured_queries[-1]["sql"].startswith("EXECUTE conveyor_successes_and_claim_")
     assert set(server_prepared()) == {"conveyor_claim_exactly", "conveyor_successes_and_claim"}
+
+
+def test_a_column_a_statement_returns_changed_by_a_migration_sends_text_from_then_on():
+    statements.claim(queued().pk, task=TASK, worker=WORKER)  # prepared: RETURNING locked_by
+    with connection.cursor() as cursor:
+        cursor.execute("ALTER TABLE jobs_job ALTER COLUMN locked_by TYPE varchar(250)")
+    try:
+        job = queued()
+        run = statements.claim(job.pk, task=TASK, worker=WORKER)  # the stale plan, then text
+        assert run.pk == job.pk
+        later = queued()
+        with CaptureQueriesContext(connection) as sent:
+            assert statements.claim(later.pk, task=TASK, worker=WORKER).pk == later.pk
+        assert sent.captured_queries[0]["sql"].startswith("WITH ")
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("ALTER TABLE jobs_job ALTER COLUMN locked_by TYPE varchar(200)")
+
+
+def test_with_server_side_binding_nothing_is_prepared_here():
+    options = connection.settings_dict.setdefault("OPTIONS", {})
+    options["server_side_binding"] = True
+    connection.close()
+    try:
+        job = queued()
+        with CaptureQueriesContext(connection) as sent:
+            run = statements.claim(job.pk, task=TASK, worker=WORKER)
+        assert run.pk == job.pk
+        assert sent.captured_queries[0]["sql"].startswith("WITH ")
+        assert server_prepared() == {}
+    finally:
+        del options["server_side_binding"]
+        connection.close()
