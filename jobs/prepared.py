@@ -1,26 +1,32 @@
 """The engine's hottest statements, prepared once per database connection (PostgreSQL).
 
 A claim's statement is parsed and planned in about as long as it runs: 1.2 ms a claim as
-text against 0.5 ms as ``EXECUTE`` of its prepared generic plan (docs/benchmarks.md). So a
-connection prepares each hot statement the first time it runs it outside a transaction
-(``PREPARE conveyor_<name>_<checksum of its text>``; until then, and inside a transaction,
-the text is sent as before) and then sends ``EXECUTE conveyor_<name>_<checksum>(…)`` with
-the same parameters, bound the way every other statement is. The same first message sets the
-session's ``plan_cache_mode`` to ``force_generic_plan``: these statements' plans do not
+text against 0.5 ms as ``EXECUTE`` of its prepared generic plan (docs/benchmarks.md). So the
+default connection prepares each hot statement the first time it sends it outside a
+transaction (``PREPARE conveyor_<checksum of its text>``: the same text always gets the same
+name, a changed text a new one, so two versions of Conveyor never share one) and from then on
+sends ``EXECUTE conveyor_<checksum>(…)``, inside transactions too, with the same parameters,
+bound the way every other statement is. Before a statement is prepared, a transaction sends
+its text (a failed ``PREPARE`` must not abort the caller's work). The same first message sets
+the session's ``plan_cache_mode`` to ``force_generic_plan``: these statements' plans do not
 depend on their parameters (a claim's queue comes from its job's row either way; left at
 ``auto`` the server kept planning each call). The setting is the session's: Django prepares
 no statement of its own, but cached plans of PL/pgSQL functions run on that connection (the
 accounting triggers, a task body's own functions) are generic too.
 
-``CONVEYOR_PREPARED_STATEMENTS=false`` sends the text every time: behind any connection
-pooler in transaction mode (PgBouncer's ``max_prepared_statements`` tracks protocol-level
-statements, not SQL ``PREPARE``), or with ``server_side_binding`` (where nothing is done
-here either). A connection whose statement the server lost or whose statement went stale (a
-migration changed a column it returns), or whose ``PREPARE`` is refused (a statement of that
-name already there), sends the text for the rest of its life and logs
-``jobs.prepared_statements_off``.
+``CONVEYOR_PREPARED_STATEMENTS=false`` sends the text every time, as it must behind any
+connection pooler in transaction mode (PgBouncer's ``max_prepared_statements`` tracks
+protocol-level statements, not SQL ``PREPARE``). With ``server_side_binding`` this module
+does nothing. A connection that finds a statement lost (the server does not know it), stale
+(a migration changed a column it returns) or refused (any error of its ``PREPARE``, such as
+a statement of that name already there) sends the text for the rest of its life and logs
+``job.prepared_statements_off``; the call that found it is sent again as text, unless it was
+inside a transaction, which that error aborted: then it fails, as any database error would.
+A new connection (within ``CONN_MAX_AGE``) prepares afresh. The names prepared on a
+connection are kept on Django's connection object (``_conveyor_prepared``, per thread).
 """
 
+import itertools
 import logging
 import re
 import zlib
@@ -31,18 +37,17 @@ from jobs import conf
 
 logger = logging.getLogger("jobs")
 _PLACEHOLDER = re.compile(r"%(s|%)")
-# The server lost the statement (invalid_sql_statement_name: a pooler mixing sessions), or a
-# migration changed a column it returns ("cached plan must not change result type").
-_STALE = {"26000", "0A000"}
+_LOST = "26000"  # invalid_sql_statement_name: the server does not know it (a pooler)
+_STALE = ("0A000", "cached plan must not change result type")  # after a migration
 
 
-def execute(cursor, name: str, sql: str, params: list) -> None:
-    """Run ``sql`` (``%s`` placeholders) with ``params`` on ``cursor`` (Django's), as the
-    prepared statement ``name`` where it can be."""
+def execute(cursor, sql: str, params: list) -> None:
+    """Run ``sql`` (``%s`` placeholders) with ``params`` on ``cursor`` (the default
+    connection's), as its prepared statement where it can be."""
     prepared = _prepared_here()
-    name = _name(name, sql)
+    name = name_of(sql)
     if prepared is None or (name not in prepared and not _outside_transaction()):
-        cursor.execute(sql, params)  # a failed PREPARE must not abort the caller's work
+        cursor.execute(sql, params)
         return
     if name not in prepared:
         try:
@@ -55,21 +60,21 @@ def execute(cursor, name: str, sql: str, params: list) -> None:
     try:
         cursor.execute(f"EXECUTE {name}({', '.join(['%s'] * len(params))})", params)
     except (ProgrammingError, NotSupportedError) as exc:
-        if not lost(exc):
+        if not give_up_if_lost(exc):
             raise
         if not _outside_transaction():
             raise  # the caller's transaction failed with it
         cursor.execute(sql, params)
 
 
-def inline(name: str, sql: str) -> str:
+def inline(sql: str) -> str:
     """``sql`` to send among other statements in one message, with the same parameters:
     ``EXECUTE`` of its prepared form where this connection has it or can prepare it now
     (outside a transaction: a round trip, once), else the text itself."""
     prepared = _prepared_here()
     if prepared is None:
         return sql
-    name = _name(name, sql)
+    name = name_of(sql)
     if name not in prepared:
         if not _outside_transaction():
             return sql
@@ -84,22 +89,29 @@ def inline(name: str, sql: str) -> str:
     return f"EXECUTE {name}({', '.join(['%s'] * count)})"
 
 
-def lost(exc: Exception) -> bool:
-    """Whether ``exc`` says a prepared statement is lost or stale (this connection then
-    sends text from now on: it is replaced within ``CONN_MAX_AGE``, and a new one prepares
-    afresh)."""
-    if getattr(exc.__cause__, "sqlstate", None) not in _STALE:
+def give_up_if_lost(exc: Exception) -> bool:
+    """If ``exc`` says a prepared statement is lost or stale, send text on this connection
+    from now on and answer True."""
+    cause = exc.__cause__
+    sqlstate = getattr(cause, "sqlstate", None)
+    if sqlstate != _LOST and (sqlstate, _STALE[1]) != (_STALE[0], _message(cause)):
         return False
     _give_up_here(exc)
     return True
 
 
-def _name(name: str, sql: str) -> str:
-    return f"conveyor_{name}_{zlib.crc32(sql.encode()):08x}"  # one name, one text
+def name_of(sql: str) -> str:
+    """The name ``sql`` is prepared under: a checksum of its text."""
+    return f"conveyor_{zlib.crc32(sql.encode()):08x}"
+
+
+def _message(exc) -> str | None:
+    diag = getattr(exc, "diag", None)
+    return getattr(diag, "message_primary", None)
 
 
 def _prepare(name: str, sql: str) -> str:
-    numbers = iter(range(1, 10_000))
+    numbers = itertools.count(1)
     text = _PLACEHOLDER.sub(lambda m: f"${next(numbers)}" if m.group(1) == "s" else "%", sql)
     return f"PREPARE {name} AS {text}"
 
@@ -123,7 +135,7 @@ def _give_up_here(exc: Exception) -> None:
     """Send text for the rest of this connection's life (a new one prepares afresh)."""
     connection._conveyor_prepared = (connection.connection, None)
     logger.warning(
-        "jobs.prepared_statements_off",
+        "job.prepared_statements_off",
         extra={
             "reason": str(exc).splitlines()[0][:200],
             "hint": "a migration changed the table, or a pooler in transaction mode "

@@ -308,8 +308,7 @@ def claim(job_id: int, *, task: str, worker: str, exact: bool = False) -> Job | 
         params = _claim_params(job_id, task, worker, timezone.now())
         if exact:
             params.insert(-1, job_id)
-        name = "claim_exactly" if exact else "claim"
-        prepared.execute(cursor, name, _claim_sql(connection.vendor, exact), params)
+        prepared.execute(cursor, _claim_sql(connection.vendor, exact), params)
         row = cursor.fetchone()
     return job_from_row(row) if row else None
 
@@ -318,7 +317,7 @@ def claim_many(job_id: int, *, task: str, worker: str, count: int) -> list[Job]:
     """Claim the ``count`` best runnable jobs of ``task`` in ``job_id``'s queue, best first."""
     params = _claim_params(job_id, task, worker, timezone.now(), count)
     with connection.cursor() as cursor:
-        prepared.execute(cursor, "claim", _claim_sql(connection.vendor), params)
+        prepared.execute(cursor, _claim_sql(connection.vendor), params)
         return in_claim_order(job_from_row(row) for row in cursor.fetchall())
 
 
@@ -344,7 +343,7 @@ def end(job: Job, ending: Ending) -> Job | None:
     params = _end_params(job, ending, timezone.now())
     with connection.cursor() as cursor:
         sql = f"{_end_sql(connection.vendor)} RETURNING {COLUMNS}"
-        prepared.execute(cursor, "end", sql, params)
+        prepared.execute(cursor, sql, params)
         row = cursor.fetchone()
     return job_from_row(row) if row else None
 
@@ -353,7 +352,7 @@ def _end_returning_id(job: Job, ending: Ending) -> bool:
     """``end`` that reads nothing back: whether the run was ended."""
     params = _end_params(job, ending, timezone.now())
     with connection.cursor() as cursor:
-        prepared.execute(cursor, "end_id", f"{_end_sql(connection.vendor)} RETURNING id", params)
+        prepared.execute(cursor, f"{_end_sql(connection.vendor)} RETURNING id", params)
         return cursor.fetchone() is not None
 
 
@@ -370,7 +369,7 @@ def end_successes(successes: list[Success]) -> set[int]:
         return {s.job.pk for s in successes if _end_returning_id(s.job, _succeeded(s))}
     with connection.cursor() as cursor:
         params = _successes_params(successes, timezone.now())
-        prepared.execute(cursor, "successes", _successes_sql(), params)
+        prepared.execute(cursor, _successes_sql(), params)
         return {row[0] for row in cursor.fetchall()}
 
 
@@ -422,7 +421,7 @@ def end_successes_and_claim(
         return ended, claim_many(job_id, task=task, worker=worker, count=count)
     with connection.cursor() as cursor:
         sql, params = successes_and_claim_statement(successes, job_id, task, worker, count)
-        prepared.execute(cursor, "successes_and_claim", sql, params)
+        prepared.execute(cursor, sql, params)
         return read_successes_and_claim(cursor.fetchall())
 
 

@@ -93,9 +93,9 @@ def end_and_advance(
     message = "; ".join(
         (
             "BEGIN",
-            prepared.inline("nodes_end", statement),
-            prepared.inline("mark_ended_and_lock", _MARK_ENDED_AND_LOCK),
-            prepared.inline("ready", _READY),
+            prepared.inline(statement),
+            prepared.inline(_MARK_ENDED_AND_LOCK),
+            prepared.inline(_READY),
         )
     )
     with connection.cursor() as cursor:
@@ -110,7 +110,7 @@ def end_and_advance(
             cursor.execute("COMMIT")
         except (ProgrammingError, NotSupportedError) as exc:
             _roll_back(cursor)
-            if retried or not prepared.lost(exc):
+            if retried or not prepared.give_up_if_lost(exc):
                 raise
             # rolled back, nothing written: again, as text (jobs.prepared)
             return end_and_advance(statement, params, job_ids, retried=True)

@@ -5,8 +5,6 @@ once per connection and then sent as ``EXECUTE``; inside one a statement not yet
 sent as text. Each case reads back the rows and the server's own list of prepared statements.
 """
 
-import re
-import zlib
 from datetime import timedelta
 
 import pytest
@@ -38,16 +36,21 @@ def queued(priority: int = 0) -> Job:
     return job
 
 
+CLAIM = prepared.name_of(statements._claim_sql("postgresql"))
+CLAIM_EXACTLY = prepared.name_of(statements._claim_sql("postgresql", True))
+END_ID = prepared.name_of(f"{statements._end_sql('postgresql')} RETURNING id")
+SUCCESSES_AND_CLAIM = prepared.name_of(statements._successes_and_claim_sql())
+
+
 def server_prepared() -> dict[str, tuple[int, int]]:
-    """The server's prepared statements on this connection: name (without its text's
-    checksum) → (generic, custom) plans."""
+    """The server's prepared statements on this connection: name → (generic, custom) plans."""
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT name, generic_plans, custom_plans FROM pg_prepared_statements "
             "WHERE name LIKE 'conveyor_%%'"
         )
         rows = cursor.fetchall()
-    return {name.rsplit("_", 1)[0]: (generic, custom) for name, generic, custom in rows}
+    return {name: (generic, custom) for name, generic, custom in rows}
 
 
 def succeed(run: Job) -> set[int]:
@@ -62,24 +65,24 @@ def test_outside_a_transaction_the_claim_and_the_end_are_prepared_once_and_execu
     assert run.pk == high.pk  # still the best runnable job of the queue, not the one named
     assert [q["sql"].split(" ", 1)[0] for q in first.captured_queries] == ["SET", "EXECUTE"]
     prepare = first.captured_queries[0]["sql"]
-    assert re.search(r"PREPARE conveyor_claim_[0-9a-f]{8} AS WITH", prepare)
+    assert f"PREPARE {CLAIM} AS WITH" in prepare
     with CaptureQueriesContext(connection) as second:
         again = statements.claim(low.pk, task=TASK, worker=WORKER)
     assert again.pk == low.pk
     assert len(second.captured_queries) == 1
-    assert second.captured_queries[0]["sql"].startswith("EXECUTE conveyor_claim_")
+    assert second.captured_queries[0]["sql"].startswith(f"EXECUTE {CLAIM}(")
     assert succeed(run) == {run.pk}
     assert Job.objects.get(pk=run.pk).status == JobStatus.SUCCEEDED
     plans = server_prepared()
-    assert plans["conveyor_claim"] == (2, 0)  # the generic plan both times, never re-planned
-    assert plans["conveyor_end_id"] == (1, 0)
+    assert plans[CLAIM] == (2, 0)  # the generic plan both times, never re-planned
+    assert plans[END_ID] == (1, 0)
 
 
 def test_an_ended_run_is_fenced_the_same_when_prepared():
     run = statements.claim(queued().pk, task=TASK, worker=WORKER)
     assert succeed(run) == {run.pk}
     assert succeed(run) == set()  # the run is over: the fence refuses it a second time
-    assert server_prepared()["conveyor_end_id"][0] == 2
+    assert server_prepared()[END_ID][0] == 2
 
 
 def test_inside_a_transaction_a_statement_not_yet_prepared_is_sent_as_text():
@@ -97,7 +100,7 @@ def test_a_statement_prepared_earlier_is_executed_inside_a_transaction_too():
     with transaction.atomic(), CaptureQueriesContext(connection) as inside:
         run = statements.claim(job.pk, task=TASK, worker=WORKER)
     assert run.pk == job.pk
-    assert inside.captured_queries[0]["sql"].startswith("EXECUTE conveyor_claim_")
+    assert inside.captured_queries[0]["sql"].startswith(f"EXECUTE {CLAIM}(")
 
 
 def test_a_session_reset_under_the_engine_sends_text_from_then_on(caplog):
@@ -112,13 +115,12 @@ def test_a_session_reset_under_the_engine_sends_text_from_then_on(caplog):
     # the lost statement's EXECUTE fails; its text is sent instead, and from then on
     assert [q["sql"][:8] for q in sent.captured_queries] == ["EXECUTE ", "WITH tar", "WITH tar"]
     warnings = [r.message for r in caplog.records if r.levelname == "WARNING"]
-    assert warnings == ["jobs.prepared_statements_off"]
+    assert warnings == ["job.prepared_statements_off"]
 
 
 def test_a_statement_of_the_same_name_already_there_is_left_alone_and_text_sent():
-    name = f"conveyor_claim_{zlib.crc32(statements._claim_sql('postgresql').encode()):08x}"
     with connection.cursor() as cursor:  # as another client's, on a pooler's shared session
-        cursor.execute(f"PREPARE {name} AS SELECT 1")
+        cursor.execute(f"PREPARE {CLAIM} AS SELECT 1")
     job = queued()
     run = statements.claim(job.pk, task=TASK, worker=WORKER)
     assert run.pk == job.pk
@@ -150,7 +152,7 @@ def test_a_claim_leaves_a_limited_queue_to_the_limiter_when_prepared_too(setting
     settings.CONVEYOR_QUEUE_CONCURRENCY = limited
     job = queued()
     statements.claim(job.pk, task=TASK, worker=WORKER)  # prepares
-    assert "conveyor_claim" in server_prepared()
+    assert CLAIM in server_prepared()
     if claims:
         assert statements.claim(queued().pk, task=TASK, worker=WORKER) is not None
     else:  # the job's queue is limited: only the limiter's claim takes it
@@ -168,8 +170,8 @@ def test_a_chunks_successes_and_the_next_claim_are_one_prepared_statement():
         )
     assert ended == {first.pk}
     assert [job.pk for job in claimed] == [second.pk]
-    assert sent.captured_queries[-1]["sql"].startswith("EXECUTE conveyor_successes_and_claim_")
-    assert set(server_prepared()) == {"conveyor_claim_exactly", "conveyor_successes_and_claim"}
+    assert sent.captured_queries[-1]["sql"].startswith(f"EXECUTE {SUCCESSES_AND_CLAIM}(")
+    assert set(server_prepared()) == {CLAIM_EXACTLY, SUCCESSES_AND_CLAIM}
 
 
 def test_a_column_a_statement_returns_changed_by_a_migration_sends_text_from_then_on():
