@@ -13,6 +13,7 @@ from jobs import services
 from jobs.models import AuditLog, Job
 from tests.conftest import WORKER_ENV
 from tests.deployments.conftest import commit, wait_for
+from tests.processes import wait_until
 from webhooks.models import Event
 
 pytestmark = pytest.mark.usefixtures("purge_broker")
@@ -101,8 +102,13 @@ def test_a_burst_of_failures_marks_the_deployment_unhealthy_and_rolls_it_back(
     assert second.health["figures"]["before"]["failures"] == 0
     assert "failure rate 83.33%" in second.health["reasons"][0]
 
-    # The rollback started by itself, through the rollback service, with its reason audited.
-    rollback = Deployment.objects.get(undoes=second)
+    # The rollback started by itself, through the rollback service, with its reason audited
+    # (just after the verdict's own commit, so it may take a moment to appear).
+    rollback = wait_until(
+        lambda: Deployment.objects.filter(undoes=second).first(),
+        timeout=30,
+        message="the health gate's rollback",
+    )
     assert rollback.rollback_of_id == first.pk and rollback.triggered_by == "health-gate"
     assert rollback.commit_sha == first.commit_sha
     assert wait_for(rollback, *DONE).status == "success"
