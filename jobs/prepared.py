@@ -44,19 +44,10 @@ _STALE = ("0A000", "cached plan must not change result type")  # after a migrati
 def execute(cursor, sql: str, params: list) -> None:
     """Run ``sql`` (``%s`` placeholders) with ``params`` on ``cursor`` (the default
     connection's), as its prepared statement where it can be."""
-    prepared = _prepared_here()
-    name = name_of(sql)
-    if prepared is None or (name not in prepared and not _outside_transaction()):
+    name = _prepared_name(sql)
+    if name is None:
         cursor.execute(sql, params)
         return
-    if name not in prepared:
-        try:
-            cursor.execute(f"SET plan_cache_mode = force_generic_plan; {_prepare(name, sql)}")
-        except ProgrammingError as exc:  # outside a transaction: nothing else failed with it
-            _give_up_here(exc)
-            cursor.execute(sql, params)
-            return
-        prepared.add(name)
     try:
         cursor.execute(f"EXECUTE {name}({', '.join(['%s'] * len(params))})", params)
     except (ProgrammingError, NotSupportedError) as exc:
@@ -69,24 +60,34 @@ def execute(cursor, sql: str, params: list) -> None:
 
 def inline(sql: str) -> str:
     """``sql`` to send among other statements in one message, with the same parameters:
-    ``EXECUTE`` of its prepared form where this connection has it or can prepare it now
-    (outside a transaction: a round trip, once), else the text itself."""
-    prepared = _prepared_here()
-    if prepared is None:
+    ``EXECUTE`` of its prepared form where it can be, else the text itself."""
+    name = _prepared_name(sql)
+    if name is None:
         return sql
-    name = name_of(sql)
-    if name not in prepared:
-        if not _outside_transaction():
-            return sql
-        with connection.cursor() as cursor:
-            try:
-                cursor.execute(f"SET plan_cache_mode = force_generic_plan; {_prepare(name, sql)}")
-            except ProgrammingError as exc:
-                _give_up_here(exc)
-                return sql
-        prepared.add(name)
     count = sum(1 for mark in _PLACEHOLDER.findall(sql) if mark == "s")
     return f"EXECUTE {name}({', '.join(['%s'] * count)})"
+
+
+def _prepared_name(sql: str) -> str | None:
+    """The name ``sql`` is prepared under on this connection, preparing it now if it may be
+    (outside a transaction: a failed ``PREPARE`` must not abort the caller's work; one round
+    trip, once); None: send the text."""
+    prepared = _prepared_here()
+    if prepared is None:
+        return None
+    name = name_of(sql)
+    if name in prepared:
+        return name
+    if not _outside_transaction():
+        return None
+    with connection.cursor() as cursor:
+        try:
+            cursor.execute(f"SET plan_cache_mode = force_generic_plan; {_prepare(name, sql)}")
+        except ProgrammingError as exc:  # outside a transaction: nothing else failed with it
+            _give_up_here(exc)
+            return None
+    prepared.add(name)
+    return name
 
 
 def give_up_if_lost(exc: Exception) -> bool:
