@@ -55,6 +55,9 @@ def test_the_schedules_page_shows_slots_runs_and_policy_and_its_actions_work(
         ScheduleSpec(name="hourly", task="tests.record", every="1h", missed="last"),
         now=now - timedelta(hours=3, minutes=10),  # the hourly one: three or four slots due
     )
+    # The nightly one is due from now on, whatever the time of day: back-dated with the rest,
+    # a run between 02:00 and 05:10 UTC would have had its 03:00 Paris slot fall due.
+    Schedule.objects.filter(name="nightly").update(next_slot=next_three_am_in_paris(now))
     fired_at = timezone.now()
     fire_due(fired_at)  # both every-N schedules missed slots: policy last runs the latest once
     # Worked out here: the hour boundaries since the install, and those over a minute late.
