@@ -186,6 +186,9 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
     # The same transport, answering a worker's SIGTERM within one polling interval.
     CELERY_BROKER_TRANSPORT = "project.broker:FilesystemTransport"
 else:
+    if CELERY_BROKER_URL.startswith("redis://"):
+        # kombu's Redis transport, reusing one client per channel (project/broker.py).
+        CELERY_BROKER_TRANSPORT = "project.broker:RedisTransport"
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         # A retry countdown is held unacknowledged by a worker until it is due; Redis
         # redelivers anything unacknowledged after visibility_timeout, so it must stay well
