@@ -1,6 +1,6 @@
 """Conveyor's Redis transport: kombu's, with one client per channel for the commands it
-sends outside its event loop (publishes, and the unacknowledged bookkeeping of every
-message taken and acknowledged)."""
+sends outside its event loop, and no unacknowledged record in Redis of a job's doorbell
+(the job's row is its record), which is still put back when its worker lets it go."""
 
 import os
 import threading
@@ -10,7 +10,7 @@ import redis
 from django.conf import settings
 from kombu import Connection, Exchange, Queue
 
-from project.broker import RedisTransport
+from project.broker import DOORBELL_HEADER, RedisTransport
 from project.celery import app
 
 MESSAGES = 400
@@ -84,3 +84,73 @@ def test_messages_taken_and_acknowledged_from_many_threads_leave_nothing_unacked
         assert client.hmget(unacked, tags) == [None] * MESSAGES  # each one acknowledged
     finally:
         client.delete(name)
+
+
+def _queue() -> Queue:
+    name = f"conveyor-test-{uuid.uuid4().hex}"
+    return Queue(name, Exchange(name), routing_key=name)
+
+
+def _publish(conn, queue: Queue, body: dict, *, doorbell: bool) -> None:
+    with conn.Producer() as producer:
+        producer.publish(
+            body,
+            exchange=queue.exchange,
+            routing_key=queue.routing_key,
+            declare=[queue],
+            serializer="json",
+            headers={DOORBELL_HEADER: True} if doorbell else {},
+        )
+
+
+def _take(conn, queue: Queue):
+    """Take one message from ``queue`` (not acknowledged)."""
+    taken: list = []
+    with conn.Consumer(queue, callbacks=[lambda body, message: taken.append(message)]):
+        conn.drain_events(timeout=10)
+    return taken[0]
+
+
+def test_a_doorbell_is_not_recorded_unacked_in_redis_and_other_messages_are():
+    url = os.environ["TEST_REDIS_URL"]
+    queue = _queue()
+    client = redis.Redis.from_url(url)
+    with Connection(url, transport=RedisTransport) as conn:
+        _publish(conn, queue, {"job": 1}, doorbell=True)
+        _publish(conn, queue, {"task": 2}, doorbell=False)
+        doorbell, other = _take(conn, queue), _take(conn, queue)
+        unacked = conn.default_channel.unacked_key
+        assert (doorbell.payload, other.payload) == ({"job": 1}, {"task": 2})
+        assert not client.hexists(unacked, doorbell.delivery_tag)
+        assert client.hexists(unacked, other.delivery_tag)  # kombu's own bookkeeping
+        qos = conn.default_channel.qos
+        assert doorbell.delivery_tag in qos._delivered  # counted against the prefetch limit
+        doorbell.ack()
+        other.ack()
+        assert not client.hexists(unacked, other.delivery_tag)
+        assert doorbell.delivery_tag not in qos._doorbells
+    assert client.llen(queue.name) == 0
+    client.delete(queue.name)
+
+
+def test_a_doorbell_taken_is_put_back_when_its_channel_closes_or_it_is_requeued():
+    url = os.environ["TEST_REDIS_URL"]
+    queue = _queue()
+    client = redis.Redis.from_url(url)
+    try:
+        with Connection(url, transport=RedisTransport) as conn:
+            _publish(conn, queue, {"job": 1}, doorbell=True)
+            _take(conn, queue)  # taken, never acknowledged: the worker stops
+        assert client.llen(queue.name) == 1  # put back by the channel's close
+        with Connection(url, transport=RedisTransport) as conn:
+            again = _take(conn, queue)
+            assert again.payload == {"job": 1}
+            assert client.llen(queue.name) == 0
+            again.requeue()
+            assert client.llen(queue.name) == 1
+            last = _take(conn, queue)
+            assert last.payload == {"job": 1}
+            last.ack()
+        assert client.llen(queue.name) == 0  # acknowledged: nothing put back at close
+    finally:
+        client.delete(queue.name)
