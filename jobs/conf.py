@@ -77,7 +77,8 @@ def validate() -> None:
         "CONVEYOR_MAINTENANCE_RETENTION", conf.maintenance_retention, MIN_MAINTENANCE_RETENTION
     )
     # A retry's countdown is held unacknowledged by a worker: the broker must not redeliver
-    # it meanwhile, and the sweeper must not publish it a second time as "coming due".
+    # it meanwhile (kombu's own Redis transport would, for rediss:// and sentinel://), and
+    # the sweeper must not publish it a second time as "coming due".
     visibility = settings.CELERY_BROKER_TRANSPORT_OPTIONS.get("visibility_timeout")
     if visibility is not None and visibility < 4 * conf.retry_backoff_max:
         raise ImproperlyConfigured(

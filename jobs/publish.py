@@ -17,7 +17,7 @@ from kombu.exceptions import KombuError
 
 from jobs import conf
 from jobs.models import Job
-from project.broker import DOORBELL_HEADER
+from project.redis_broker import DOORBELL_HEADER
 
 logger = logging.getLogger("jobs")
 
@@ -30,8 +30,8 @@ PUBLISH_RETRY_POLICY = {
 SCHEDULE_HORIZON_SECONDS = conf.SCHEDULE_HORIZON_SECONDS  # see jobs.conf
 
 
-# Marks a message as a job's doorbell: the job's row is its record (project.broker).
-DOORBELL = {DOORBELL_HEADER: True}
+# Marks a message as a job's doorbell: the job's row is its record (project.redis_broker).
+DOORBELL_HEADERS = {DOORBELL_HEADER: True}
 
 # A batch is split so that even a modest fan-out reaches several workers at once.
 MIN_MESSAGES_PER_FANOUT = 16
@@ -94,7 +94,7 @@ def publish(jobs: Iterable[Job]) -> int:
                     producer=producer,
                     retry=True,
                     retry_policy=PUBLISH_RETRY_POLICY,
-                    headers=DOORBELL,
+                    headers=DOORBELL_HEADERS,
                 )
                 sent += len(ids) if isinstance(ids, list) else 1
     except errors as exc:  # the sweeper re-sends whatever did not go out

@@ -186,13 +186,15 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
     # The same transport, answering a worker's SIGTERM within one polling interval.
     CELERY_BROKER_TRANSPORT = "project.broker:FilesystemTransport"
 else:
-    if CELERY_BROKER_URL.startswith("redis://"):
-        # kombu's Redis transport, reusing one client per channel (project/broker.py).
-        CELERY_BROKER_TRANSPORT = "project.broker:RedisTransport"
+    if CELERY_BROKER_URL.startswith("redis://") and ";" not in CELERY_BROKER_URL:
+        # kombu's Redis transport with less bookkeeping per message (project/redis_broker.py):
+        # one client per channel, and a job's doorbell not recorded as unacknowledged.
+        CELERY_BROKER_TRANSPORT = "project.redis_broker:RedisTransport"
     CELERY_BROKER_TRANSPORT_OPTIONS = {
-        # A retry countdown is held unacknowledged by a worker until it is due; Redis
-        # redelivers anything unacknowledged after visibility_timeout, so it must stay well
-        # above the longest retry delay (CONVEYOR_RETRY_BACKOFF_MAX; checked at start-up).
+        # A message with a countdown is held unacknowledged by a worker until it is due;
+        # Redis redelivers anything recorded unacknowledged after visibility_timeout (kombu's
+        # own transport does so for a job's doorbell too), so it must stay well above the
+        # longest retry delay (CONVEYOR_RETRY_BACKOFF_MAX; checked at start-up).
         "visibility_timeout": 4 * 3600,
         "socket_connect_timeout": 3,
         "socket_timeout": 10,
