@@ -18,7 +18,8 @@ each ``BENCH_EVENTS`` deliveries (2,000, or 400 quick):
 The per-endpoint limit is set to the pool's size (``CONVEYOR_WEBHOOK_ENDPOINT_CONCURRENCY``),
 so the one endpoint may use every thread, as the pool does; it is still enforced on every
 claim. If deliveries stall for 15 s the sweeper runs once, as beat would, and ``swept`` counts the
-jobs it re-sent (normally 0). Also the SQL statements of one delivery, counted in-process.
+jobs it re-sent (normally 0). Also the SQL statements of one delivery, counted in-process
+after a first one (which prepares the claim's statements on that connection).
 """
 
 import os
@@ -167,6 +168,8 @@ def statements_per_delivery() -> list[str]:
     from webhooks.models import Delivery
     from webhooks.tasks import deliver
 
+    warm = notify(TOPIC, {"deployment": "warm-up"})  # prepares the claim's statements
+    deliver(Delivery.objects.get(event=warm).job_id)
     event = notify(TOPIC, {"deployment": "statements"})
     (delivery,) = Delivery.objects.filter(event=event)
     with CaptureQueriesContext(connection) as queries:

@@ -27,10 +27,10 @@ jobs.limiter's statement-at-a-time path.
 from dataclasses import dataclass
 from functools import cache
 
-from django.db import connection
+from django.db import NotSupportedError, ProgrammingError, connection
 from django.utils import timezone
 
-from jobs import conf, statements
+from jobs import conf, prepared, statements
 from jobs.models import JobStatus
 
 S = JobStatus
@@ -82,10 +82,15 @@ def claim(
     count: int = 1,
     only: int | None = None,
     before: tuple[str, list] | None = None,
+    retried: bool = False,
 ) -> Claimed:
     """Claim up to ``count`` jobs of ``task`` in ``job_id``'s queue under ``plan``'s limits,
     in one message, after ``before`` (a statement and its parameters, in the same
     transaction; written even when the lock reads no row and nothing is claimed).
+
+    The lock and the pick go as ``EXECUTE`` of their prepared forms (jobs.prepared). If the
+    server lost one (or it went stale), a message sent outside a transaction was rolled back
+    whole, nothing written, and is sent again as text.
     """
     if not plan.takes_chunks:  # a key's rule is checked per job: one at a time
         count = 1
@@ -96,13 +101,28 @@ def claim(
         plan.queue_limit is not None, bool(concurrency), bool(key_concurrency), only is not None
     )
     lock = statements.limited_lock_sql("postgresql", plan.queue_limit is not None, _HAND_OVER)
-    sql = f"{_EMPTY}; {lock}; {pick}"
+    sql = f"{_EMPTY}; {prepared.inline(lock)}; {prepared.inline(pick)}"
     limits = (plan.queue_limit, concurrency, key_concurrency)
     params = [task, job_id, *_pick_params(limits, task, worker, count, only, timezone.now())]
     if before is not None:
         sql, params = f"{before[0]}; {sql}", [*before[1], *params]
     with connection.cursor() as cursor:
-        cursor.execute(sql, params)
+        try:
+            cursor.execute(sql, params)
+        except (ProgrammingError, NotSupportedError) as exc:
+            alone = connection.get_autocommit() and not connection.in_atomic_block
+            if retried or not prepared.give_up_if_lost(exc) or not alone:
+                raise
+            return claim(
+                plan,
+                job_id,
+                task=task,
+                worker=worker,
+                count=count,
+                only=only,
+                before=before,
+                retried=True,
+            )
         done = cursor.fetchall() if before is not None else []
         if before is not None:
             cursor.nextset()

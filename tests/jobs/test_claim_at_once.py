@@ -2,6 +2,7 @@
 statement-at-a-time path, taken under the lock, with no client round trip inside it."""
 
 import itertools
+import logging
 import random
 import threading
 import time
@@ -126,17 +127,41 @@ def test_a_missing_state_row_is_made_and_the_claim_still_happens():
 
 @pytest.mark.django_db(transaction=True)  # autocommit, as in a worker: BEGIN/COMMIT counted
 def test_a_limited_chunks_successes_and_next_claim_are_one_message_and_one_transaction():
-    plan, jobs, running, ran = _chunk_that_ran(enqueued=6, ran=3)
+    plan, jobs, running, ran = _chunk_that_ran(enqueued=9, ran=3)
+    # this connection prepares the lock and the pick (jobs.prepared) with a first claim
+    warm = claim_at_once.claim(plan, jobs[0].pk, task="jobs.noop", worker="w/0", count=3)
+    assert sorted(job.pk for job in warm.jobs) == [job.pk for job in jobs[3:6]]
     with CaptureQueriesContext(connection) as queries:
         settled, claimed = completer.succeed_many_and_claim(
             ran, jobs[0].pk, 3, plan=plan, task="jobs.noop", worker="w/1"
         )
     assert len(queries.captured_queries) == 1  # no BEGIN, no COMMIT: one implicit transaction
     sql = queries.captured_queries[0]["sql"]
-    assert "FOR UPDATE OF t" in sql and sql.count("jobs_job") > 3
+    assert sql.count("EXECUTE conveyor_") == 2  # the lock and the pick, prepared
+    assert "UPDATE jobs_job" in sql  # the successes, as text
     assert [job.pk for job, ok in settled if ok] == [job.pk for job in running]
-    assert sorted(job.pk for job in claimed) == [job.pk for job in jobs[3:6]]
+    assert sorted(job.pk for job in claimed) == [job.pk for job in jobs[6:9]]
     assert Job.objects.filter(status=S.SUCCEEDED).count() == 3
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_prepared_lock_or_pick_the_server_lost_is_sent_again_as_text_and_nothing_is_lost():
+    if connection.vendor != "postgresql":
+        pytest.skip("prepared statements are PostgreSQL's")
+    plan, jobs, running, ran = _chunk_that_ran(enqueued=9, ran=3)
+    claim_at_once.claim(plan, jobs[0].pk, task="jobs.noop", worker="w/0", count=3)  # prepares
+    with connection.cursor() as cursor:
+        cursor.execute("DEALLOCATE ALL")  # as a pooler's DISCARD ALL would
+    with CaptureQueriesContext(connection) as queries:
+        settled, claimed = completer.succeed_many_and_claim(
+            ran, jobs[0].pk, 3, plan=plan, task="jobs.noop", worker="w/1"
+        )
+    sent = [query["sql"] for query in queries]
+    assert "EXECUTE conveyor_" in sent[0]  # the first try, rolled back by the server
+    assert "EXECUTE" not in sent[-1] and "FOR UPDATE OF t" in sent[-1]  # again, as text
+    assert [job.pk for job, ok in settled if ok] == [job.pk for job in running]
+    assert sorted(job.pk for job in claimed) == [job.pk for job in jobs[6:9]]
+    assert Job.objects.filter(status=S.SUCCEEDED).count() == 3  # written once
 
 
 def _claim_while_the_task_row_is_held(claim, meanwhile, *sql_with_it):
@@ -231,11 +256,13 @@ def _one_message(plan, job_id, worker, count, only):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_both_paths_decide_the_same_over_every_mix_of_limits_pauses_and_chunks():
+def test_both_paths_decide_the_same_over_every_mix_of_limits_pauses_and_chunks(caplog):
     """The one message against the statement-at-a-time path, step by step: the same jobs
     claimed, the same rows running, the same marks, over queue limits, task and key
     concurrency, pauses, chunk sizes and exact claims (the order of the positional
-    parameters is where they could drift apart)."""
+    parameters is where they could drift apart). Every variant of the lock and the pick
+    prepares (jobs.prepared): none falls back to text."""
+    caplog.set_level(logging.WARNING, logger="jobs")
     queues.ensure_states(["default", "other"])
     task_states.ensure_states()
     rng = random.Random(7)
@@ -285,6 +312,8 @@ def test_both_paths_decide_the_same_over_every_mix_of_limits_pauses_and_chunks()
         assert seen["limiter"] == seen["one message"], (queue_limit, concurrency, paused)
         compared += 1
     assert compared > 100
+    assert "job.prepared_statements_off" not in caplog.messages
+    assert connection._conveyor_prepared[1]  # the names prepared on this connection
 
 
 @pytest.mark.django_db(transaction=True)

@@ -23,7 +23,20 @@ def test_a_successful_delivery_costs_four_sql_messages(receiver):
 
     with CaptureQueriesContext(connection) as queries:
         deliver(delivery.job_id)
+    # This connection's first limited claim prepares its lock and its pick (jobs.prepared),
+    # once, in a message each.
+    prepares = [q["sql"] for q in queries.captured_queries if q["sql"].startswith("SET plan")]
+    assert len(prepares) == 2 and len(queries.captured_queries) == 6
+    lock, claim = prepares
+    assert "jobs_taskstate" in lock and "FOR UPDATE OF t" in lock
+    assert "UPDATE jobs_job" in claim and "limit_key" in claim
+    delivery = Delivery.objects.select_related("job").get(pk=delivery.pk)
+    assert delivery.status == DeliveryStatus.DELIVERED
 
+    Endpoint.objects.filter(pk=endpoint.pk).update(consecutive_dead=3)
+    (delivery,) = notify("job.dead", {"job_id": 2}).deliveries.all()
+    with CaptureQueriesContext(connection) as queries:
+        deliver(delivery.job_id)
     statements = [(q["sql"].split()[0], q["sql"]) for q in queries.captured_queries]
     # The claim under the per-endpoint limit (jobs.claim_at_once): one message, one implicit
     # transaction, that locks the queue's and the task's state rows and then, in a statement
@@ -33,9 +46,7 @@ def test_a_successful_delivery_costs_four_sql_messages(receiver):
     # its own statement (a slot is free: ring only if a claim was refused).
     kinds = [kind for kind, _ in statements]
     assert kinds == ["SELECT", "SELECT", "WITH", "WITH"]
-    _, lock, claim = statements[0][1].split("; ", 2)  # the queue's hand-over emptied first
-    assert "jobs_taskstate" in lock and "FOR UPDATE OF t" in lock
-    assert "UPDATE jobs_job" in claim and "limit_key" in claim
+    assert statements[0][1].count("EXECUTE conveyor_") == 2  # the lock and the pick
     assert "held_at" in statements[3][1] and "jobs_taskstate" in statements[3][1]
     assert "FOR KEY SHARE" in statements[3][1]  # waits for a claim deciding a refusal
     record = statements[2][1]
@@ -48,7 +59,7 @@ def test_a_successful_delivery_costs_four_sql_messages(receiver):
     (attempt,) = delivery.attempts.all()
     assert attempt.outcome == AttemptOutcome.DELIVERED and attempt.number == 1
     assert Endpoint.objects.get(pk=endpoint.pk).consecutive_dead == 0
-    assert len(receiver.received()) == 1
+    assert len(receiver.received()) == 2  # one post per delivery
 
 
 @pytest.mark.django_db(transaction=True)
