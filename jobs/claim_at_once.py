@@ -110,8 +110,7 @@ def claim(
         try:
             cursor.execute(sql, params)
         except (ProgrammingError, NotSupportedError) as exc:
-            alone = connection.get_autocommit() and not connection.in_atomic_block
-            if retried or not prepared.give_up_if_lost(exc) or not alone:
+            if retried or not prepared.may_send_as_text(exc):
                 raise
             return claim(
                 plan,

@@ -51,10 +51,8 @@ def execute(cursor, sql: str, params: list) -> None:
     try:
         cursor.execute(f"EXECUTE {name}({', '.join(['%s'] * len(params))})", params)
     except (ProgrammingError, NotSupportedError) as exc:
-        if not give_up_if_lost(exc):
+        if not may_send_as_text(exc):
             raise
-        if not _outside_transaction():
-            raise  # the caller's transaction failed with it
         cursor.execute(sql, params)
 
 
@@ -90,7 +88,14 @@ def _prepared_name(sql: str) -> str | None:
     return name
 
 
-def give_up_if_lost(exc: Exception) -> bool:
+def may_send_as_text(exc: Exception) -> bool:
+    """After ``exc`` from a message that used this connection's prepared statements: whether
+    the caller may send it again as text. Yes when a statement was lost or stale (this
+    connection sends text from now on) and no transaction of the caller's failed with it."""
+    return _give_up_if_lost(exc) and _outside_transaction()
+
+
+def _give_up_if_lost(exc: Exception) -> bool:
     """If ``exc`` says a prepared statement is lost or stale, send text on this connection
     from now on and answer True."""
     cause = exc.__cause__

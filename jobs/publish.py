@@ -17,7 +17,7 @@ from kombu.exceptions import KombuError
 
 from jobs import conf
 from jobs.models import Job
-from project.redis_broker import DOORBELL_HEADER
+from project.broker import DOORBELL_HEADER
 
 logger = logging.getLogger("jobs")
 

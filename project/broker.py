@@ -23,6 +23,10 @@ from kombu.transport import filesystem
 from kombu.utils.encoding import str_to_bytes
 from kombu.utils.json import dumps
 
+# The header jobs.publish sets on a job's doorbell, for project/redis_broker.py. Kept here so
+# that publishing does not import the Redis client where the broker is not Redis.
+DOORBELL_HEADER = "conveyor_doorbell"
+
 
 class FilesystemChannel(filesystem.Channel):
     def _put(self, queue, payload, **kwargs):

@@ -30,8 +30,7 @@ Written against kombu 5.7: it relies on ``QoS._delivered``, ``Message._raw``,
 import redis as redis_py
 from kombu.transport import redis, virtual
 
-# The header jobs.publish sets on a job's doorbell.
-DOORBELL_HEADER = "conveyor_doorbell"
+from project.broker import DOORBELL_HEADER
 
 
 class RedisQoS(redis.QoS):

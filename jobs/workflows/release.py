@@ -110,7 +110,7 @@ def end_and_advance(
             cursor.execute("COMMIT")
         except (ProgrammingError, NotSupportedError) as exc:
             _roll_back(cursor)
-            if retried or not prepared.give_up_if_lost(exc):
+            if retried or not prepared.may_send_as_text(exc):
                 raise
             # rolled back, nothing written: again, as text (jobs.prepared)
             return end_and_advance(statement, params, job_ids, retried=True)

@@ -17,8 +17,9 @@ from kombu.transport import redis as kombu_redis
 
 from jobs.models import Job
 from jobs.publish import publish
+from project.broker import DOORBELL_HEADER
 from project.celery import app
-from project.redis_broker import DOORBELL_HEADER, RedisTransport
+from project.redis_broker import RedisTransport
 from tests.processes import ROOT
 
 MESSAGES = 400
