@@ -111,13 +111,19 @@ SET_RUNNING = SET_RUNNING_AT.format(lease="%s", at="%s")
 
 
 @cache
-def _claim_parts(vendor: str, exact: bool = False) -> tuple[str, str]:
+def _claim_parts(vendor: str, exact: bool = False, one: bool = False) -> tuple[str, str]:
     """Return the claim's CTEs and its UPDATE.
 
     ``exact`` claims only the named job (``jobs.services.job_claim``: tools and tests).
+    ``one``: at most one job (its count parameter is 1), found by its primary key whatever
+    the table's statistics say. A cached generic plan of ``id = ANY(…)`` expects about ten
+    ids and, planned while the table was small or just truncated, scans the whole table for
+    them until the next ``ANALYZE``; ``id = (…)`` is one row, always the index.
     """
     pick = _PICK.format(exclude=_NOT_LIMITED[vendor], only="AND id = %s" if exact else "")
-    if vendor == "postgresql":
+    if vendor == "postgresql" and one:
+        where = f"WHERE id = ({pick.strip()} FOR UPDATE SKIP LOCKED)"
+    elif vendor == "postgresql":
         where = f"WHERE id = ANY(ARRAY({pick.strip()} FOR UPDATE SKIP LOCKED))"
     else:
         where = f"WHERE id IN ({pick.strip()})"
@@ -125,8 +131,8 @@ def _claim_parts(vendor: str, exact: bool = False) -> tuple[str, str]:
 
 
 @cache
-def _claim_sql(vendor: str, exact: bool = False) -> str:
-    ctes, update = _claim_parts(vendor, exact)
+def _claim_sql(vendor: str, exact: bool = False, one: bool = False) -> str:
+    ctes, update = _claim_parts(vendor, exact, one)
     return f"WITH {ctes} {update}"
 
 
@@ -308,7 +314,7 @@ def claim(job_id: int, *, task: str, worker: str, exact: bool = False) -> Job | 
         params = _claim_params(job_id, task, worker, timezone.now())
         if exact:
             params.insert(-1, job_id)
-        prepared.execute(cursor, _claim_sql(connection.vendor, exact), params)
+        prepared.execute(cursor, _claim_sql(connection.vendor, exact, one=True), params)
         row = cursor.fetchone()
     return job_from_row(row) if row else None
 

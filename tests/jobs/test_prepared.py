@@ -36,8 +36,8 @@ def queued(priority: int = 0) -> Job:
     return job
 
 
-CLAIM = prepared.name_of(statements._claim_sql("postgresql"))
-CLAIM_EXACTLY = prepared.name_of(statements._claim_sql("postgresql", True))
+CLAIM = prepared.name_of(statements._claim_sql("postgresql", one=True))
+CLAIM_EXACTLY = prepared.name_of(statements._claim_sql("postgresql", True, one=True))
 END_ID = prepared.name_of(f"{statements._end_sql('postgresql')} RETURNING id")
 SUCCESSES_AND_CLAIM = prepared.name_of(statements._successes_and_claim_sql())
 
