@@ -28,6 +28,7 @@ def transition(
     *,
     from_: Iterable[str] | None = None,
     using: str = "default",
+    defer: tuple[str, ...] = (),
     **changes,
 ) -> list[Job]:
     """Move the jobs matching ``where`` to ``to``; return them as they are now.
@@ -45,4 +46,4 @@ def transition(
         changes.setdefault("finished_at", now)
         changes.setdefault("lease_expires_at", None)
     queryset = Job.objects.using(using).filter(where, status__in=sources)
-    return update_returning(queryset, changes)
+    return update_returning(queryset, changes, defer=defer)

@@ -32,8 +32,12 @@ def allowed_sources(
     return sources
 
 
-def update_returning(queryset, changes: dict) -> list:
-    """Run ``queryset.update(**changes)`` as one UPDATE ... RETURNING; return the rows."""
+def update_returning(queryset, changes: dict, *, defer: tuple[str, ...] = ()) -> list:
+    """Run ``queryset.update(**changes)`` as one UPDATE ... RETURNING; return the rows.
+
+    ``defer``: fields not sent back (read on first access, as a deferred field is): a big
+    value the caller just wrote and does not need again.
+    """
     query = queryset.query.chain(UpdateQuery)
     query.add_update_values(changes)
     connection = connections[queryset.db]
@@ -45,7 +49,7 @@ def update_returning(queryset, changes: dict) -> list:
     if not sql:
         return []
     model = queryset.model
-    fields = model._meta.concrete_fields
+    fields = [field for field in model._meta.concrete_fields if field.name not in defer]
     columns = [field.get_col(model._meta.db_table) for field in fields]
     quote = connection.ops.quote_name
     returning = ", ".join(quote(field.column) for field in fields)

@@ -272,6 +272,7 @@ def _decide(dependant: int, payload=ASK) -> Job | None:
         run_after=now,
         published_at=now,
         publish_count=0,
+        defer=("payload",),  # just written, and big: the callback's members
     )
     if moved:
         log_job("workflow.released", moved[0], workflow=moved[0].workflow_id)

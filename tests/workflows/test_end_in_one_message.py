@@ -48,6 +48,12 @@ def test_a_chunk_that_releases_nothing_costs_two_round_trips_and_the_last_releas
     callback.refresh_from_db()
     assert [job.pk for job in released] == [callback.pk] and callback.status == S.QUEUED
     assert [m["result"] for m in callback.payload["members"]] == [run.pk for run in runs]
+    # the members were written, not read back: the released row comes without its payload
+    (release_update,) = [q["sql"] for q in queries if q["sql"].startswith("UPDATE")]
+    assert '"payload"' in release_update.split("RETURNING")[0]
+    assert '"payload"' not in release_update.split("RETURNING")[1]
+    assert released[0].get_deferred_fields() == {"payload"}
+    assert released[0].payload == callback.payload  # read when asked for
 
 
 def test_a_chunk_and_its_claim_release_the_callback_with_them():
