@@ -69,6 +69,39 @@ def test_a_redis_broker_url_gets_conveyors_transport():
         assert isinstance(conn.transport, RedisTransport)
 
 
+_PUBLISH_AND_LIST_REDIS_MODULES = """
+import sys
+import django
+django.setup()
+from django.utils import timezone
+from jobs.models import Job
+from jobs.publish import publish
+job = Job(pk=1, task="jobs.noop", queue=sys.argv[1], run_after=timezone.now())
+assert publish([job]) == 1
+print(" ".join(sorted(m for m in sys.modules if m.split(".")[0] == "redis")) or "-")
+"""
+
+
+@pytest.mark.parametrize("redis_broker", [False, True])
+def test_only_a_redis_broker_brings_in_the_redis_client(tmp_path, queue, client, redis_broker):
+    env = {**os.environ, "CONVEYOR_VAR_DIR": str(tmp_path)}
+    env.pop("CELERY_BROKER_URL", None)  # the embedded broker
+    if redis_broker:
+        env["CELERY_BROKER_URL"] = os.environ["TEST_REDIS_URL"]
+    ran = subprocess.run(
+        [sys.executable, "-c", _PUBLISH_AND_LIST_REDIS_MODULES, queue.name],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    imported = ran.stdout.split()
+    assert ("redis" in imported) is redis_broker, imported  # 100 ms of start-up when it is
+    assert client.llen(queue.name) == (1 if redis_broker else 0)  # it did publish, there
+
+
 def test_every_doorbell_published_carries_the_header(queue, client):
     job = Job(pk=987654, task="jobs.noop", queue=queue.name, run_after=datetime.now(UTC))
     assert publish([job]) == 1
