@@ -14,18 +14,22 @@ every host shares them, on PostgreSQL and on the embedded SQLite.
 - The lock lasts ``CONVEYOR_AUTH_LOCKOUT`` (15m) after the last counted failure; failures
   older than that are forgotten. An attempt refused while locked is not counted, so it
   never extends the lock.
-- A locked request gets 429 with ``Retry-After``: the API's one error shape under /api/,
-  a plain page for the admin. Successful requests cost one indexed read and are never
-  delayed.
+- A locked request gets 429 with ``Retry-After`` (the seconds left of its lock): the API's
+  one error shape under /api/, a plain page for the admin. Successful requests cost one
+  indexed read and are never delayed.
 
 The client address is ``REMOTE_ADDR``; behind ``CONVEYOR_PROXY_COUNT`` trusted reverse
 proxies it is the address those proxies recorded in ``X-Forwarded-For``.
 """
 
+import math
+
 from axes.handlers.database import AxesDatabaseHandler
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.models import Max
 from django.http import HttpResponse, JsonResponse
+from django.utils import timezone
 from django.utils.html import escape
 
 API_PREFIX = "/api/"
@@ -74,15 +78,25 @@ def lockout_parameters(request, credentials: dict | None) -> list:
     return ["ip_address"]
 
 
-def retry_after_seconds() -> int:
-    return max(1, int(settings.CONVEYOR_AUTH_LOCKOUT.total_seconds()))
+def retry_after_seconds(request, credentials: dict | None) -> int:
+    """Seconds until the client's lock ends: ``CONVEYOR_AUTH_LOCKOUT`` after the last
+    failure that counted (the whole lockout if none is found)."""
+    lockout = settings.CONVEYOR_AUTH_LOCKOUT
+    last = None
+    if hasattr(request, "axes_ip_address"):  # axes' middleware has read the client
+        attempts = SerializedDatabaseHandler().get_user_attempts(request, credentials)
+        times = [q.aggregate(last=Max("attempt_time"))["last"] for q in attempts]
+        last = max((when for when in times if when is not None), default=None)
+    if last is None:
+        return max(1, math.ceil(lockout.total_seconds()))
+    return max(1, math.ceil((last + lockout - timezone.now()).total_seconds()))
 
 
 def lockout_response(request, original_response=None, credentials=None) -> HttpResponse:
     """Answer a locked-out request: 429 with Retry-After (AXES_LOCKOUT_CALLABLE)."""
     from project.api_errors import error_body
 
-    seconds = retry_after_seconds()
+    seconds = retry_after_seconds(request, credentials)
     message = (
         "too many failed authentication attempts; "
         f"try again in {seconds} seconds "

@@ -10,6 +10,7 @@ other. Clients are told apart by ``X-Forwarded-For`` behind one trusted proxy.
 
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 
 import pytest
 import requests
@@ -17,6 +18,7 @@ from axes.models import AccessAttempt
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.test import Client
+from django.utils import timezone
 
 from project.access.tokens import token_create
 from tests.processes import PYTHON, ROOT, WebServer
@@ -151,6 +153,18 @@ def test_an_attempt_refused_while_locked_out_does_not_extend_the_lock(admin_user
         locked.attempt_time,
         locked.failures_since_start,
     )
+
+
+def test_retry_after_is_what_is_left_of_the_lock(admin_user):
+    for _ in range(LIMIT):
+        _login("wrong", ATTACKER)
+    AccessAttempt.objects.filter(ip_address=ATTACKER).update(
+        attempt_time=timezone.now() - timedelta(seconds=120)
+    )  # the last failure was two minutes ago
+    response, _ = _login("right-pass-1", ATTACKER)
+    assert response.status_code == 429
+    assert LOCKOUT_SECONDS - 122 <= int(response["Retry-After"]) <= LOCKOUT_SECONDS - 119
+    assert f"try again in {response['Retry-After']} seconds" in response.content.decode()
 
 
 def _scrape(token: str, address: str):
