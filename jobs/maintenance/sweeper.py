@@ -8,7 +8,9 @@ turned away by the claim. Scheduled jobs about to come due are published with th
 countdown. A row is re-sent with exponential spacing (grace, 2×grace, 4×grace, …) so a deep
 backlog is not multiplied, and not at all while the broker queue already holds enough
 messages to carry every candidate for it (a message carries up to ``CONVEYOR_BATCH_SIZE``
-ids), nor for a paused queue (resuming it rings for its jobs). Re-sent jobs share messages
+ids) — except a job waiting longer than the longest spacing (32 × grace), since those
+messages may all be another task's — nor for a paused queue (resuming it rings for its
+jobs). Re-sent jobs share messages
 like any fan-out (jobs.publish).
 
 Both queries read only the columns publishing and logging need (``SWEPT_FIELDS``) from the
@@ -148,10 +150,16 @@ def sweep() -> SweepResult:
                 continue
         depth = _queue_depth(queue)
         # A message may carry up to CONVEYOR_BATCH_SIZE ids (jobs.publish): a queue still
-        # holding that many is a backlog being worked through, not a loss.
+        # holding that many is a backlog being worked through, not a loss. Not for ever:
+        # a doorbell claims only jobs of its own task, and the queue's messages may all be
+        # another task's, so a job waiting longer than the longest spacing goes out anyway.
         if depth is not None and depth * conf.get().batch_size >= len(jobs):
-            skipped += len(jobs)
-            continue
+            covered_since = now - conf.get().sweeper_grace * 2**MAX_BACKOFF_DOUBLINGS
+            waited = [job for job in jobs if (job.published_at or job.run_after) <= covered_since]
+            skipped += len(jobs) - len(waited)
+            jobs = waited
+            if not jobs:
+                continue
         jobs = _mark_published(jobs, now)
         for job in jobs:
             log_job("job.swept", job)

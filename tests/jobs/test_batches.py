@@ -122,6 +122,35 @@ def test_every_attempt_is_kept_three_failures_then_success(start_worker):
     assert history[3]["error"] is None
 
 
+def test_a_backlog_of_another_tasks_messages_covers_a_job_for_32_graces_at_most(
+    transactional_db, purge_broker
+):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from jobs.maintenance.sweeper import sweep
+    from project.celery import app
+
+    now = timezone.now()
+    lost = services.enqueue("tests.record", {})  # its doorbell lost with a killed worker
+    recent = services.enqueue("tests.record", {})
+    purge_broker()
+    Job.objects.filter(pk=lost.pk).update(  # the longest spacing, 32 × 1m, has passed
+        run_after=now - timedelta(minutes=40), published_at=now - timedelta(minutes=33)
+    )
+    Job.objects.filter(pk=recent.pk).update(
+        run_after=now - timedelta(minutes=10), published_at=now - timedelta(minutes=10)
+    )
+    with app.producer_or_acquire() as producer:  # another task's backlog in the same queue
+        for _ in range(5):
+            app.send_task("tests.side_effect", args=[[0]], queue="default", producer=producer)
+    result = sweep()
+    assert (result.republished, result.skipped_backlog) == (1, 1)
+    assert Job.objects.get(pk=lost.pk).publish_count == 1
+    assert Job.objects.get(pk=recent.pk).publish_count == 0
+
+
 def test_the_sweeper_counts_a_batched_backlog_as_covered(transactional_db, purge_broker):
     from datetime import timedelta
 
