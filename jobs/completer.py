@@ -16,13 +16,14 @@ limit, one transaction.
 
 import json
 from collections import Counter
+from copy import copy
 from datetime import datetime
 from functools import partial
 
-from django.db import connection, transaction
+from django.db import NotSupportedError, ProgrammingError, connection, transaction
 from django.utils import timezone
 
-from jobs import attempts, claim_at_once, conf, limiter, limits, statements
+from jobs import attempts, claim_at_once, conf, limiter, limits, prepared, statements
 from jobs.models import Job, JobReason, JobStatus, QueueState, TaskState
 from jobs.outcome import Decision
 from jobs.publish import publish_on_commit
@@ -132,23 +133,29 @@ def succeed_many_and_claim(
         rows = _end_and_advance(statement, successes, released)
         ended, claimed = statements.read_successes_and_claim(rows)
         return _settled(successes, ended, rings=True), claimed
-    with transaction.atomic():
-        if plan is None:  # still one statement for both
-            holds = None
-            ended, claimed = statements.end_successes_and_claim(
-                successes, job_id, task=task, worker=worker, count=count
-            )
-            for success in successes:
-                if success.job.pk in ended:
-                    _succeeded(success)
-        else:
-            ended = _end_successes(successes)
-            claimed, holds = limiter.claim_reading_holds(
-                plan, job_id, task=task, worker=worker, count=count
-            )
-        # Last before the commit: the dependants' row locks are held for as short as can be.
-        freed = _advance(*(success.job for success in successes if success.job.pk in ended))
-        _ring_for([success.job for success in successes if success.job.pk in ended], holds)
+
+    def write():
+        with transaction.atomic():
+            if plan is None:  # still one statement for both
+                holds = None
+                ended, claimed = statements.end_successes_and_claim(
+                    successes, job_id, task=task, worker=worker, count=count
+                )
+                for success in successes:
+                    if success.job.pk in ended:
+                        _succeeded(success)
+            else:
+                ended = _end_successes(successes)
+                claimed, holds = limiter.claim_reading_holds(
+                    plan, job_id, task=task, worker=worker, count=count
+                )
+            # Last before the commit: the dependants' row locks are held for as short as can be.
+            ended_jobs = [success.job for success in successes if success.job.pk in ended]
+            freed = _advance(*ended_jobs)
+            _ring_for(ended_jobs, holds)
+        return ended, claimed, freed
+
+    ended, claimed, freed = _once_more_if_lost(write, successes)
     if released is not None:
         released.extend(freed)
     return _settled(successes, ended, rings=False), claimed
@@ -203,10 +210,16 @@ def succeed_many(
     if _in_one_message():  # a workflow's nodes
         rows = _end_and_advance(statements.successes_statement(successes), successes, released)
         return _settled(successes, {row[0] for row in rows}, rings=True)
-    with transaction.atomic():  # one per success elsewhere; a workflow's release with them
-        ended = _end_successes(successes)
-        freed = _advance(*(success.job for success in successes if success.job.pk in ended))
-        _ring_for([success.job for success in successes if success.job.pk in ended])
+
+    def write():
+        with transaction.atomic():  # one per success elsewhere; a workflow's release with them
+            ended = _end_successes(successes)
+            ended_jobs = [success.job for success in successes if success.job.pk in ended]
+            freed = _advance(*ended_jobs)
+            _ring_for(ended_jobs)
+        return ended, freed
+
+    ended, freed = _once_more_if_lost(write, successes)
     if released is not None:
         released.extend(freed)
     return _settled(successes, ended, rings=False)
@@ -232,6 +245,21 @@ def _end_and_advance(statement, successes, released: list[Job] | None) -> list[t
 
 def _any_workflow(successes) -> bool:
     return any(success.job.workflow_id is not None for success in successes)
+
+
+def _once_more_if_lost(write, successes: list[statements.Success]):
+    """Run ``write``, one transaction that ends ``successes``' runs. If the server lost or
+    outdated a prepared statement it sent (jobs.prepared), that transaction was rolled back
+    whole, nothing written: run it once more, as text, the runs as they were before it."""
+    before = [copy(success.job) for success in successes]
+    try:
+        return write()
+    except (ProgrammingError, NotSupportedError) as exc:
+        if not prepared.may_send_as_text(exc):
+            raise
+    for success, job in zip(successes, before, strict=True):
+        success.job.__dict__.update(job.__dict__)  # what _succeeded changed
+    return write()
 
 
 def _end_successes(successes) -> set[int]:

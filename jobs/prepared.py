@@ -139,6 +139,8 @@ def _prepared_here() -> set[str] | None:
 
 def _give_up_here(exc: Exception) -> None:
     """Send text for the rest of this connection's life (a new one prepares afresh)."""
+    if getattr(connection, "_conveyor_prepared", None) == (connection.connection, None):
+        return  # said already (a caller retrying what failed inside its transaction)
     connection._conveyor_prepared = (connection.connection, None)
     logger.warning(
         "job.prepared_statements_off",

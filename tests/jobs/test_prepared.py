@@ -12,7 +12,8 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from jobs import prepared, services, statements
+from jobs import completer, limiter, prepared, services, statements
+from jobs.limits import Limit
 from jobs.models import Job, JobStatus
 
 TASK = "tests.record"
@@ -116,6 +117,44 @@ def test_a_session_reset_under_the_engine_sends_text_from_then_on(caplog):
     assert [q["sql"][:8] for q in sent.captured_queries] == ["EXECUTE ", "WITH tar", "WITH tar"]
     warnings = [r.message for r in caplog.records if r.levelname == "WARNING"]
     assert warnings == ["job.prepared_statements_off"]
+
+
+def test_a_success_the_server_lost_inside_a_limited_claims_transaction_is_written_again(caplog):
+    first, second, third = queued(), queued(), queued()
+    run = statements.claim(first.pk, task=TASK, worker=WORKER, exact=True)
+    completer.succeed_many([statements.Success(run, "1", run.started_at, timezone.now())])
+    run = statements.claim(second.pk, task=TASK, worker=WORKER, exact=True)
+    with connection.cursor() as cursor:
+        cursor.execute("DEALLOCATE ALL")  # the success's statement is gone
+    plan = limiter.Plan(limit=Limit(rate="1000/s"))  # a rate: the limiter's own transaction
+    ran = statements.Success(run, "2", run.started_at, timezone.now())
+    settled, claimed = completer.succeed_many_and_claim(
+        [ran], third.pk, 1, plan=plan, task=TASK, worker=WORKER
+    )
+    assert [(job.pk, succeeded) for job, succeeded in settled] == [(second.pk, True)]
+    assert [job.pk for job in claimed] == [third.pk]
+    assert Job.objects.get(pk=second.pk).status == JobStatus.SUCCEEDED  # once, not retried
+    assert Job.objects.get(pk=second.pk).attempts == 1
+    warnings = [r.message for r in caplog.records if r.levelname == "WARNING"]
+    assert warnings == ["job.prepared_statements_off"]
+
+
+def test_a_write_sent_again_after_a_lost_statement_starts_from_the_runs_as_they_were():
+    job = queued()
+    run = statements.claim(job.pk, task=TASK, worker=WORKER)
+    ran = statements.Success(run, "1", run.started_at, timezone.now())
+    seen = []
+
+    def write():
+        seen.append((run.status, run.locked_by))
+        completer._succeeded(ran)  # the in-memory run changes before the statement fails
+        if len(seen) == 1:
+            with transaction.atomic(), connection.cursor() as cursor:
+                cursor.execute("EXECUTE conveyor_gone")  # the server does not know it
+        return "written"
+
+    assert completer._once_more_if_lost(write, [ran]) == "written"
+    assert seen == [(JobStatus.RUNNING, WORKER)] * 2  # its fences as the row has them
 
 
 def test_a_statement_of_the_same_name_already_there_is_left_alone_and_text_sent():
