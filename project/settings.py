@@ -59,6 +59,7 @@ INSTALLED_APPS = [
     "project.access",  # API tokens, idempotency keys, the permission table
     "webhooks",
     "deployments",
+    *settings_registry.your_apps(_CONVEYOR["CONVEYOR_APPS"]),  # your own, if any
 ]
 
 MIDDLEWARE = [

@@ -10,10 +10,13 @@ default that follows from another setting is a function of the values read befor
 ``shown`` saying in words what it is.
 """
 
+import importlib.util
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+from django.core.exceptions import ImproperlyConfigured
 
 from project import env
 
@@ -81,6 +84,13 @@ SETTINGS: tuple[Setting, ...] = (
         "",
         "the demo admin's password for seed_demo (else generated once and kept in var/)",
         shown="generated once, kept in var/admin-password and printed",
+    ),
+    _s(
+        "CONVEYOR_APPS",
+        "string",
+        "",
+        "your own Django apps (comma-separated), added to INSTALLED_APPS: their tasks.py "
+        "modules hold your tasks",
     ),
     # --- Job engine ---------------------------------------------------------------------
     _s("CONVEYOR_JOB_LEASE_TIMEOUT", "duration", "5m", "a claimed job's lease"),
@@ -278,6 +288,22 @@ NAMES = frozenset(setting.name for setting in SETTINGS)
 def unknown_variables(environ: dict[str, str]) -> list[str]:
     """Return the ``CONVEYOR_*`` names in ``environ`` that no setting declares."""
     return sorted(n for n in environ if n.startswith("CONVEYOR_") and n not in NAMES)
+
+
+def your_apps(value: str) -> list[str]:
+    """``CONVEYOR_APPS``' names, each checked to be an importable module."""
+    names = [name.strip() for name in value.split(",") if name.strip()]
+    for name in names:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):  # a missing parent package, or not a module name
+            found = False
+        if not found:
+            raise ImproperlyConfigured(
+                f"CONVEYOR_APPS: {name!r} is not an importable module "
+                "(expected comma-separated Django apps on the Python path, e.g. billing)"
+            )
+    return names
 
 
 def load(base_dir: Path) -> dict[str, object]:

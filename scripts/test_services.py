@@ -10,7 +10,11 @@ from urllib.parse import urlparse
 
 DATABASE_URL = os.environ.get("TEST_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/conveyor")
 REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
-HOW_TO_GET = "docker compose up -d postgres redis   (or: apt-get install postgresql redis-server)"
+HOW_TO_GET = (
+    "docker compose up -d postgres redis, then run with "
+    "TEST_DATABASE_URL=postgres://conveyor:conveyor@127.0.0.1:5432/conveyor_test "
+    "(the compose file's user)   (or: apt-get install postgresql redis-server)"
+)
 
 
 def reachable(host: str, port: int) -> bool:

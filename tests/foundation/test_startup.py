@@ -18,6 +18,7 @@ BAD_SETTINGS = [
     ("CONVEYOR_MAINTENANCE_RETENTION", "2h", "is too short (expected at least 1d)"),
     ("CONVEYOR_SHUTDOWN_GRACE", "soon", "is not a duration"),
     ("CONVEYOR_SCHEDULE_TICK", "2h", "is too long for CONVEYOR_SCHEDULE_GRACE (1m)"),
+    ("CONVEYOR_APPS", "billing_nowhere", "is not an importable module"),
 ]
 ENTRY_POINTS = {
     "manage.py": [PYTHON, "manage.py", "migrate", "--noinput"],
@@ -62,6 +63,30 @@ def assert_one_line(out: subprocess.CompletedProcess, name: str, value: str, exp
 def test_a_bad_setting_stops_manage_py_in_one_line_with_status_2(tmp_path, name, value, expected):
     env = {**embedded_env(tmp_path), name: value}
     assert_one_line(start(ENTRY_POINTS["manage.py"], env), name, value, expected)
+
+
+def test_an_app_named_in_conveyor_apps_brings_its_tasks(tmp_path):
+    app = tmp_path / "code" / "billing"
+    app.mkdir(parents=True)
+    (app / "__init__.py").write_text("")
+    (app / "tasks.py").write_text(
+        "from celery import shared_task\n"
+        "from jobs.task import JobTask\n\n\n"
+        "@shared_task(base=JobTask, name='billing.charge')\n"
+        "def charge(ctx):\n"
+        "    return ctx.payload\n"
+    )
+    env = {
+        **embedded_env(tmp_path),
+        "CONVEYOR_APPS": "billing",
+        "PYTHONPATH": str(tmp_path / "code"),
+    }
+    shown = "from project.celery import app; app.loader.import_default_modules(); " + (
+        "print(sorted(name for name in app.tasks if name.startswith('billing.')))"
+    )
+    out = start([PYTHON, "manage.py", "shell", "-c", shown], env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "['billing.charge']"
 
 
 # gunicorn runs with --preload (scripts/Procfile, docker-compose.yml): the master loads the
