@@ -26,3 +26,15 @@ class JsonFormatter(logging.Formatter):
         if record.exc_info:
             entry["exc"] = redact_text(self.formatException(record.exc_info))
         return json.dumps(entry, default=str)
+
+
+# The schedule tick (``maintenance.fire_schedules``, every CONVEYOR_SCHEDULE_TICK: 1s) is sent
+# by beat and run by a worker all day; its runs are recorded as MaintenanceRun rows.
+TICK_TASK = "maintenance.fire_schedules"
+
+
+class QuietTicks(logging.Filter):
+    """Drop beat's "Sending due task" line for the schedule tick (one a second, all day)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.levelno <= logging.INFO and TICK_TASK in (record.args or ()))

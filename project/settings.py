@@ -257,6 +257,7 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"json": {"()": "project.logging.JsonFormatter"}},
+    "filters": {"quiet_ticks": {"()": "project.logging.QuietTicks"}},
     "handlers": {
         "stdout": {
             "class": "logging.StreamHandler",
@@ -270,6 +271,7 @@ LOGGING = {
         "celery.worker.strategy": {"level": "WARNING"},
         "celery.app.trace": {"level": "WARNING"},
         "kombu.connection": {"level": "ERROR"},
+        "celery.beat": {"filters": ["quiet_ticks"]},  # the schedule tick's, every second
         # axes announces itself at INFO in every process (and command); failures are WARNING.
         "axes": {"level": "WARNING"},
     },

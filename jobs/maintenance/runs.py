@@ -16,10 +16,11 @@ every pass would happen twice.
   ``run_maintenance``) skips only this check.
 * **Recorded.** A completed run writes one ``MaintenanceRun`` row (runner, started, duration,
   the counts the service returned, its error) and logs one ``maintenance.run`` line with the
-  same fields; a skipped run logs one ``maintenance.skipped`` line with its ``reason``. Rows
-  older than ``CONVEYOR_MAINTENANCE_RETENTION`` (7d) go, except each runner's latest; a
-  runner keeps at most ``MAX_RECORDS_PER_RUNNER`` rows, so one that runs every few seconds
-  (``account_jobs``) keeps about a day of them rather than a week.
+  same fields; a skipped run logs one ``maintenance.skipped`` line with its ``reason``
+  (both at DEBUG for the runners that tick every few seconds, ``TICKERS``, when they did
+  nothing). Rows older than ``CONVEYOR_MAINTENANCE_RETENTION`` (7d) go, except each
+  runner's latest; a runner keeps at most ``MAX_RECORDS_PER_RUNNER`` rows, so one that runs
+  every few seconds (``account_jobs``) keeps about a day of them rather than a week.
 * **Contained.** A service that raises is recorded with its error and logged with its
   traceback; ``run()`` returns normally, so no other runner and no later tick is affected.
 """
@@ -54,6 +55,14 @@ TASK_PREFIX = "maintenance."
 # Over two weeks of a once-a-minute runner (so the retention decides for those), about a day of
 # the five-second accounting runner's.
 MAX_RECORDS_PER_RUNNER = 20_000
+# Runners that tick every few seconds all day (the schedule tick every second, the accounting
+# every five), with the counts that say a run did something. A run of theirs that did
+# nothing, and a skip of theirs, is logged at DEBUG (and recorded all the same), so that a
+# quiet day is not 100,000 lines.
+TICKERS = {
+    "fire_schedules": ("schedules", "fired", "missed", "dropped", "failed"),
+    "account_jobs": ("folded", "tallies_folded"),
+}
 
 
 class SkipReason(enum.StrEnum):
@@ -148,7 +157,9 @@ def _run_and_record(runner: str, service: Callable[[], object]) -> RunOutcome:
         error=error,
         host=host(),
     )
-    logger.info(
+    idle = runner in TICKERS and not error and not any(counts.get(n) for n in TICKERS[runner])
+    logger.log(
+        logging.DEBUG if idle else logging.INFO,
         "maintenance.run",
         extra={
             "runner": runner,
@@ -171,7 +182,8 @@ def _counts(result: object) -> dict:
 
 
 def _skipped(runner: str, reason: SkipReason, interval: timedelta, **extra) -> RunOutcome:
-    logger.info(
+    logger.log(
+        logging.DEBUG if runner in TICKERS else logging.INFO,
         "maintenance.skipped",
         extra={
             "runner": runner,

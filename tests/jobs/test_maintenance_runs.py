@@ -60,6 +60,35 @@ def test_a_run_is_recorded_and_logged_with_its_counts(caplog):
 
 
 @pytest.mark.django_db
+def test_a_schedule_tick_that_fired_nothing_is_recorded_and_logged_at_debug_only(caplog):
+    caplog.set_level(logging.DEBUG, "jobs.maintenance")
+    runs.run("fire_schedules", lambda: {"schedules": 0, "fired": 0, "missed": 0}, force=True)
+    runs.run("fire_schedules", lambda: {"schedules": 1, "fired": 1, "missed": 0}, force=True)
+    assert [r.counts["fired"] for r in MaintenanceRun.objects.order_by("pk")] == [0, 1]
+    lines = events(caplog, "maintenance.run")
+    assert [(line.levelno, line.counts["fired"]) for line in lines] == [
+        (logging.DEBUG, 0),
+        (logging.INFO, 1),
+    ]
+    runs.run("reap_jobs", lambda: {"reaped": 0}, force=True)  # not a ticker: always INFO
+    assert events(caplog, "maintenance.run")[-1].levelno == logging.INFO
+
+
+def test_beats_line_for_the_schedule_tick_is_dropped_and_its_others_kept():
+    from project.logging import QuietTicks
+
+    def sent(task: str) -> logging.LogRecord:
+        message = "Scheduler: Sending due task %s (%s)"
+        return logging.makeLogRecord(
+            {"name": "celery.beat", "levelno": logging.INFO, "msg": message, "args": ("x", task)}
+        )
+
+    quiet = QuietTicks()
+    assert not quiet.filter(sent("maintenance.fire_schedules"))
+    assert quiet.filter(sent("maintenance.reap_jobs"))
+
+
+@pytest.mark.django_db
 def test_a_run_within_half_an_interval_of_the_last_completed_one_is_skipped(caplog):
     caplog.set_level(logging.INFO, "jobs.maintenance")
     calls = []
