@@ -11,7 +11,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db.models import Count, DurationField, F, Sum
-from django.http import HttpResponse
+from django.http import HttpResponse, JsonResponse
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -30,6 +30,7 @@ from jobs.queues import paused_names
 from project.access.auth import verify_bearer
 from project.access.models import TokenScope
 from project.access.permissions import allowed
+from project.api_errors import error_body
 from webhooks.models import Delivery, DeliveryAttempt, DeliveryStatus
 
 logger = logging.getLogger(__name__)
@@ -47,27 +48,35 @@ def _allowed_networks() -> list:
     return networks
 
 
-def authorised(request) -> bool:
-    """An allow-listed client address, or a bearer token of admin scope.
+def refusal(request) -> tuple[int, str, str] | None:
+    """Why ``request`` may not read the metrics, as (status, code, message); None if it may.
 
-    The token is checked as the API checks it (project.access.auth.verify_bearer): a wrong
-    one counts as a failed authentication and a locked-out client gets the same 429. A token
-    that acts for a person answers only if that person may see the metrics (``metrics.view``,
-    as the dashboard asks).
+    An allow-listed client address may, and so may a bearer token of admin scope. The token
+    is checked as the API checks it (project.access.auth.verify_bearer): a wrong one counts
+    as a failed authentication and a locked-out client gets the same 429. A token that acts
+    for a person answers only if that person may see the metrics (``metrics.view``, as the
+    dashboard asks).
     """
     try:
         address = ipaddress.ip_address(request.META.get("REMOTE_ADDR", ""))
     except ValueError:
         address = None
     if address is not None and any(address in network for network in _allowed_networks()):
-        return True
+        return None
     header = request.headers.get("Authorization", "")
-    if not header.startswith("Bearer "):
-        return False
-    token = verify_bearer(request, header.removeprefix("Bearer ").strip())
-    if token is None or not token.allows(TokenScope.ADMIN):
-        return False
-    return token.user_id is None or allowed(token.user, "metrics.view")
+    token = None
+    if header.startswith("Bearer "):
+        token = verify_bearer(request, header.removeprefix("Bearer ").strip())
+    if token is None:
+        return 401, "unauthorized", _NEEDED
+    if not token.allows(TokenScope.ADMIN):
+        return 403, "forbidden", _NEEDED
+    if token.user_id is not None and not allowed(token.user, "metrics.view"):
+        return 403, "forbidden", "this token's person may not see the metrics"
+    return None
+
+
+_NEEDED = "the metrics need a valid admin token or an address in CONVEYOR_METRICS_ALLOW"
 
 
 class DatabaseCollector:
@@ -279,8 +288,10 @@ def _by_status(name: str, documentation: str, model, statuses) -> GaugeMetricFam
 @require_GET
 def metrics(request):
     """Serve the Prometheus text exposition of Conveyor's state."""
-    if not authorised(request):
-        return HttpResponse("metrics need an admin token or an allowed address\n", status=403)
+    refused = refusal(request)
+    if refused is not None:  # the API's error shape, as a scraper logs it
+        status, code, message = refused
+        return JsonResponse(error_body(code, message), status=status)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(DatabaseCollector())
     return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)

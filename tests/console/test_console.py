@@ -44,23 +44,30 @@ def endpoint(settings):
     return webhooks.endpoint_create(url="http://127.0.0.1:9/hook", topics=["job.dead"])
 
 
+def _refused(response, status: int, code: str) -> bool:
+    return response.status_code == status and response.json()["error"]["code"] == code
+
+
 def test_metrics_need_an_admin_token_or_an_allowed_address(settings):
     _, deploy = token_create(name="ci", scope=TokenScope.DEPLOY)
     _, admin = token_create(name="prom", scope=TokenScope.ADMIN)
-    assert client().get("/metrics").status_code == 403
+    assert _refused(client().get("/metrics"), 401, "unauthorized")  # the API's error shape
+    wrong = client().get("/metrics", HTTP_AUTHORIZATION="Bearer cvy_x")
+    assert _refused(wrong, 401, "unauthorized")
     bearer = {"HTTP_AUTHORIZATION": f"Bearer {deploy}"}
-    assert client().get("/metrics", **bearer).status_code == 403
+    assert _refused(client().get("/metrics", **bearer), 403, "forbidden")
     assert client().get("/metrics", HTTP_AUTHORIZATION=f"Bearer {admin}").status_code == 200
     # An admin token that acts for a person answers only if that person may see the metrics.
     person = get_user_model().objects.create_user("runner", is_staff=True)
     _, personal = token_create(name="runner-admin", scope=TokenScope.ADMIN, user=person)
-    assert client().get("/metrics", HTTP_AUTHORIZATION=f"Bearer {personal}").status_code == 403
+    response = client().get("/metrics", HTTP_AUTHORIZATION=f"Bearer {personal}")
+    assert _refused(response, 403, "forbidden")
     person.user_permissions.add(Permission.objects.get(codename="view_job"))
     assert client().get("/metrics", HTTP_AUTHORIZATION=f"Bearer {personal}").status_code == 200
     settings.CONVEYOR_METRICS_ALLOW = "10.0.0.0/8, 127.0.0.1"
     assert client().get("/metrics").status_code == 200
     settings.CONVEYOR_METRICS_ALLOW = "10.0.0.0/8"
-    assert client().get("/metrics").status_code == 403
+    assert _refused(client().get("/metrics"), 401, "unauthorized")
 
 
 def test_metrics_numbers_match_the_database(settings, make_project, endpoint):

@@ -174,7 +174,7 @@ def _scrape(token: str, address: str):
 def test_metrics_with_bad_tokens_is_throttled_like_the_api(db):
     _, token = token_create(name="scraper", scope="admin")
     for attempt in range(LIMIT - 1):
-        assert _scrape(f"cvy_bad-{attempt}", ATTACKER).status_code == 403
+        assert _scrape(f"cvy_bad-{attempt}", ATTACKER).status_code == 401
     locked = _scrape("cvy_bad-last", ATTACKER)  # the failure that reaches the limit
     assert locked.status_code == 429
     assert locked["Retry-After"] == str(LOCKOUT_SECONDS)
