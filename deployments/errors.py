@@ -1,5 +1,7 @@
 """Domain errors of the deployments services; the API maps each to one HTTP status."""
 
+from project.times import api_text
+
 
 class DeploymentError(Exception):
     """Base class: a request the deployments services turned down."""
@@ -49,8 +51,8 @@ class EnvironmentFrozen(DeploymentError):
         self.window = window
         self.details = {
             "window": window.name,
-            "opened_at": window.opened_at.isoformat(),
-            "closes_at": window.closes_at.isoformat(),
+            "opened_at": api_text(window.opened_at),
+            "closes_at": api_text(window.closes_at),
         }
 
 
@@ -105,8 +107,8 @@ class EnvironmentLocked(DeploymentError):
         self.details = {
             "locked_by": lock.locked_by,
             "reason": lock.reason,
-            "locked_at": lock.locked_at.isoformat(),
-            "expires_at": lock.expires_at.isoformat() if lock.expires_at else None,
+            "locked_at": api_text(lock.locked_at),
+            "expires_at": api_text(lock.expires_at) if lock.expires_at else None,
         }
 
 

@@ -178,7 +178,9 @@ def deployment_cancel(*, deployment_id: int, actor: str) -> Deployment:
             elif deployment.status == S.CANCELLING:
                 return deployment
             else:
-                raise NotCancellable(f"deployment {deployment.pk} has already {deployment.status}")
+                raise NotCancellable(
+                    f"deployment {deployment.pk} has already finished ({deployment.status})"
+                )
             if moved is not None:
                 audit(actor, "deployment.cancel", moved, {"status": moved.status})
                 return moved

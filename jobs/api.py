@@ -4,11 +4,11 @@ from datetime import datetime
 from typing import Literal
 
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import get_object_or_404
 from ninja import Field, Query, Router, Schema, Status
 
 from jobs import owners, queues, task_names, task_states
 from jobs.attempts import history
+from jobs.errors import JobNotFound
 from jobs.models import Job, JobReason, JobStatus
 from jobs.selectors import queue_stats
 from project.access.auth import acting_user, actor, require_scope
@@ -195,7 +195,10 @@ def list_jobs(request: HttpRequest, response: HttpResponse, filters: Query[JobFi
 )
 def get_job(request: HttpRequest, job_id: int):
     require_scope(request, TokenScope.ADMIN, action="job.view")
-    return get_object_or_404(Job, pk=job_id)
+    job = Job.objects.filter(pk=job_id).first()
+    if job is None:
+        raise JobNotFound(f"job {job_id} does not exist")
+    return job
 
 
 @router.post(

@@ -5,10 +5,12 @@ Every time on a console page (jobs, deployments, deliveries, the dashboard) goes
 ``2026-12-03 14:05:09``, in the active time zone (Django's ``TIME_ZONE`` unless a view
 activated another), inside ``<time datetime="…Z" title="… UTC">`` so that hovering shows
 the same moment in UTC. ``plain`` is the text alone, for places that cannot hold markup.
+``api_text`` is how the REST API writes a moment.
 """
 
 from datetime import UTC, datetime, tzinfo
 
+from django.core.serializers.json import DjangoJSONEncoder
 from django.utils import timezone
 from django.utils.html import format_html
 
@@ -41,3 +43,9 @@ def moment(when: datetime | None, zone: tzinfo | None = None, *, empty: str = EM
         at.strftime(FORMAT),
         plain(when, zone),
     )
+
+
+def api_text(when: datetime) -> str:
+    """``when`` as the REST API writes every moment (its JSON encoder's): UTC, to the
+    millisecond, with ``Z`` — for a moment put in an error's details by hand."""
+    return DjangoJSONEncoder().default(utc(when))

@@ -56,7 +56,8 @@ def test_job_detail_and_retry_conflicts(make_api):
     assert retried.status_code == 200 and retried.json()["status"] == "queued"
     assert retried.json()["attempts"] == 0
     assert_error(api.post(f"/jobs/{dead.pk}/retry"), 409, "conflict")
-    assert_error(api.get("/jobs/999999"), 404, "not_found")
+    missing = assert_error(api.get("/jobs/999999"), 404, "not_found")
+    assert missing["message"] == "job 999999 does not exist"
     assert_error(api.post("/jobs/999999/retry"), 404, "not_found")
 
 

@@ -1,6 +1,7 @@
 """Deploy locks: a locked environment refuses every new deployment, says who and why, and
 is released by whoever took it or an admin — through the API and the admin, audited."""
 
+import re
 import time
 
 import pytest
@@ -50,6 +51,9 @@ def test_a_locked_environment_refuses_trigger_retry_and_rollback_naming_who_and_
     assert "database migration in progress" in refused["message"]
     assert refused["details"]["reason"] == "database migration in progress"
     assert refused["details"]["locked_by"] == "token:deploy-bound"
+    # moments written as everywhere else in the API: UTC, milliseconds, Z
+    assert refused["details"]["expires_at"] == body["expires_at"]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", refused["details"]["locked_at"])
     assert_error(ci.post(f"/deployments/{earlier.pk}/retry"), 409, "environment_locked")
     assert_error(
         ci.post("/projects/shop/environments/production/rollback"), 409, "environment_locked"
