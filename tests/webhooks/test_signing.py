@@ -1,6 +1,7 @@
 """Secrets and signatures: Standard Webhooks and seed 003's X-Conveyor-Signature."""
 
 import base64
+import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import SimpleNamespace
@@ -8,6 +9,7 @@ from types import SimpleNamespace
 import pytest
 from standardwebhooks import Webhook
 
+from deployments.events import event_data
 from tests.webhooks.conftest import seed_verify
 from webhooks.signing import (
     active_secrets,
@@ -98,3 +100,19 @@ def test_the_example_request_in_the_docs_verifies_both_ways():
         secret, message_id=headers["webhook-id"], timestamp=timestamp, body=body.encode()
     )
     assert seed_verify(secret, headers, body.encode())
+    # and its data is what a deployment.failed event carries
+    deployment = SimpleNamespace(
+        pk=42,
+        project=SimpleNamespace(slug="demo"),
+        environment="production",
+        ref="main",
+        commit_sha="9fceb02d0ae598e95dc970b74767f19372d61af8",
+        status="failed",
+        failure_reason="step_failed",
+        pipeline_name="deploy",
+        attempt=1,
+        retry_of_id=None,
+        rollback_of_id=None,
+        triggered_by="token:ci",
+    )
+    assert json.loads(body)["data"] == event_data(deployment)
