@@ -13,7 +13,8 @@ def main() -> None:
 
     startup.setup()  # a bad setting: one line and exit status 2, not a traceback
 
-    execute_from_command_line(sys.argv)
+    with startup.database_reachable():  # nor a database it cannot connect to
+        execute_from_command_line(sys.argv)
 
 
 if __name__ == "__main__":

@@ -15,8 +15,11 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from contextlib import contextmanager
 
 from django.core.exceptions import ImproperlyConfigured
+
+from project.redaction import redact_text
 
 logger = logging.getLogger("conveyor.startup")
 EXIT_BAD_SETTING = 2
@@ -62,6 +65,24 @@ def setup() -> None:
         fail(str(exc))
     report_unknown_variables()
     report_tightened_modes()
+
+
+@contextmanager
+def database_reachable():
+    """Turn a failure to connect to the database into one line and exit status 2.
+
+    Only a failed connection: an error of a statement on a live connection (a deadlock in a
+    migration, say) is the command's own and keeps its traceback.
+    """
+    from django.db import OperationalError, connection
+
+    try:
+        yield
+    except OperationalError as exc:
+        if connection.connection is not None:
+            raise
+        reason = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+        fail(f"DATABASE_URL: cannot connect to the database: {redact_text(reason or repr(exc))}")
 
 
 def report_tightened_modes() -> list[str]:

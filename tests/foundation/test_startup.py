@@ -65,6 +65,22 @@ def test_a_bad_setting_stops_manage_py_in_one_line_with_status_2(tmp_path, name,
     assert_one_line(start(ENTRY_POINTS["manage.py"], env), name, value, expected)
 
 
+@pytest.mark.parametrize("where", ["a database that does not exist", "a closed port"])
+def test_manage_py_that_cannot_connect_to_its_database_says_so_in_one_line(tmp_path, where):
+    if where == "a closed port":
+        url, expected = f"postgres://conveyor:s3cret-pw@127.0.0.1:{free_port()}/x", "refused"
+    else:
+        url = urlparse(os.environ["TEST_DATABASE_URL"])._replace(path="/conveyor_no_such_database")
+        url = url.geturl()
+        expected = 'database "conveyor_no_such_database" does not exist'
+    out = start(ENTRY_POINTS["manage.py"], {**embedded_env(tmp_path), "DATABASE_URL": url})
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    [line] = out.stderr.strip().splitlines()
+    assert line.startswith("conveyor: cannot start: DATABASE_URL: cannot connect to the database")
+    assert expected in line and "s3cret-pw" not in line
+    assert "Traceback" not in out.stdout + out.stderr
+
+
 def test_an_app_named_in_conveyor_apps_brings_its_tasks(tmp_path):
     app = tmp_path / "code" / "billing"
     app.mkdir(parents=True)
