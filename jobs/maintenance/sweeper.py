@@ -10,8 +10,7 @@ backlog is not multiplied, and not at all while the broker queue already holds e
 messages to carry every candidate for it (a message carries up to ``CONVEYOR_BATCH_SIZE``
 ids) — except a job waiting longer than the longest spacing (32 × grace), since those
 messages may all be another task's — nor for a paused queue (resuming it rings for its
-jobs). Re-sent jobs share messages
-like any fan-out (jobs.publish).
+jobs). Re-sent jobs share messages like any fan-out (jobs.publish).
 
 Both queries read only the columns publishing and logging need (``SWEPT_FIELDS``) from the
 partial indexes on the runnable rows (``status IN ('queued', 'retrying')``). The spacing is
