@@ -34,7 +34,11 @@ TICK_TASK = "maintenance.fire_schedules"
 
 
 class QuietTicks(logging.Filter):
-    """Drop beat's "Sending due task" line for the schedule tick (one a second, all day)."""
+    """Beat's "Sending due task" line for the schedule tick (one a second, all day) is a
+    DEBUG line: shown only when the logs are at DEBUG."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not (record.levelno <= logging.INFO and TICK_TASK in (record.args or ()))
+        if record.levelno != logging.INFO or TICK_TASK not in (record.args or ()):
+            return True
+        record.levelno, record.levelname = logging.DEBUG, logging.getLevelName(logging.DEBUG)
+        return logging.getLogger().isEnabledFor(logging.DEBUG)

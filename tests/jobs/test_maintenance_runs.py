@@ -74,18 +74,23 @@ def test_a_schedule_tick_that_fired_nothing_is_recorded_and_logged_at_debug_only
     assert events(caplog, "maintenance.run")[-1].levelno == logging.INFO
 
 
-def test_beats_line_for_the_schedule_tick_is_dropped_and_its_others_kept():
+def test_beats_line_for_the_schedule_tick_is_a_debug_line_and_its_others_stay_info(caplog):
     from project.logging import QuietTicks
 
     def sent(task: str) -> logging.LogRecord:
         message = "Scheduler: Sending due task %s (%s)"
         return logging.makeLogRecord(
-            {"name": "celery.beat", "levelno": logging.INFO, "msg": message, "args": ("x", task)}
-        )
+            {"name": "celery.beat", "levelno": logging.INFO, "levelname": "INFO",
+             "msg": message, "args": ("x", task)}
+        )  # fmt: skip
 
     quiet = QuietTicks()
-    assert not quiet.filter(sent("maintenance.fire_schedules"))
-    assert quiet.filter(sent("maintenance.reap_jobs"))
+    caplog.set_level(logging.INFO)  # the root logger, as CONVEYOR_LOG_LEVEL sets it
+    tick, other = sent("maintenance.fire_schedules"), sent("maintenance.reap_jobs")
+    assert not quiet.filter(tick) and tick.levelname == "DEBUG"
+    assert quiet.filter(other) and other.levelname == "INFO"
+    caplog.set_level(logging.DEBUG)
+    assert quiet.filter(sent("maintenance.fire_schedules"))  # shown when the logs are at DEBUG
 
 
 @pytest.mark.django_db

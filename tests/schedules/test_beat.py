@@ -22,7 +22,8 @@ def test_two_beats_make_exactly_one_job_per_slot(start_worker, start_beat, setti
     )
     tick_every_second(settings)
     start_worker(queues="maintenance,default", concurrency=2)
-    beats = [start_beat(), start_beat()]
+    # At DEBUG: beat logs sending the tick only then (project.logging.QuietTicks).
+    beats = [start_beat({"CONVEYOR_LOG_LEVEL": "DEBUG"}) for _ in range(2)]
     time.sleep(50)  # ten slots of the 5s schedule, fifty of the 1s one
     for beat in beats:
         beat.stop()
