@@ -6,11 +6,9 @@ from typing import Literal
 from django.http import HttpRequest, HttpResponse
 from ninja import Field, Query, Router, Schema, Status
 
-from jobs import owners, queues, task_names, task_states
+from jobs import owners, queues, selectors, task_names, task_states
 from jobs.attempts import history
-from jobs.errors import JobNotFound
 from jobs.models import Job, JobReason, JobStatus
-from jobs.selectors import queue_stats
 from project.access.auth import acting_user, actor, require_scope
 from project.access.models import TokenScope
 from project.api_errors import ApiError
@@ -168,7 +166,7 @@ class JobFilters(Schema):
     "/queue", response=QueueOut, summary="Job counts by status, queue and task; recent jobs"
 )
 def get_queue(request: HttpRequest):
-    stats = queue_stats()
+    stats = selectors.queue_stats()
     if not request.auth.allows(TokenScope.ADMIN):  # error text may name other projects' data
         for job in stats["recent"]:
             job["last_error"] = None
@@ -195,10 +193,7 @@ def list_jobs(request: HttpRequest, response: HttpResponse, filters: Query[JobFi
 )
 def get_job(request: HttpRequest, job_id: int):
     require_scope(request, TokenScope.ADMIN, action="job.view")
-    job = Job.objects.filter(pk=job_id).first()
-    if job is None:
-        raise JobNotFound(f"job {job_id} does not exist")
-    return job
+    return selectors.job(job_id)
 
 
 @router.post(

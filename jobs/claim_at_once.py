@@ -25,9 +25,9 @@ jobs.limiter's statement-at-a-time path.
 """
 
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, partial
 
-from django.db import NotSupportedError, ProgrammingError, connection
+from django.db import connection
 from django.utils import timezone
 
 from jobs import conf, prepared, statements
@@ -82,7 +82,6 @@ def claim(
     count: int = 1,
     only: int | None = None,
     before: tuple[str, list] | None = None,
-    retried: bool = False,
 ) -> Claimed:
     """Claim up to ``count`` jobs of ``task`` in ``job_id``'s queue under ``plan``'s limits,
     in one message, after ``before`` (a statement and its parameters, in the same
@@ -92,6 +91,12 @@ def claim(
     server lost one (or it went stale), a message sent outside a transaction was rolled back
     whole, nothing written, and is sent again as text.
     """
+    return prepared.once_more_as_text(
+        partial(_claim, plan, job_id, task, worker, count, only, before)
+    )
+
+
+def _claim(plan, job_id: int, task: str, worker: str, count: int, only, before) -> Claimed:
     if not plan.takes_chunks:  # a key's rule is checked per job: one at a time
         count = 1
     limit = plan.limit
@@ -107,21 +112,7 @@ def claim(
     if before is not None:
         sql, params = f"{before[0]}; {sql}", [*before[1], *params]
     with connection.cursor() as cursor:
-        try:
-            cursor.execute(sql, params)
-        except (ProgrammingError, NotSupportedError) as exc:
-            if retried or not prepared.may_send_as_text(exc):
-                raise
-            return claim(
-                plan,
-                job_id,
-                task=task,
-                worker=worker,
-                count=count,
-                only=only,
-                before=before,
-                retried=True,
-            )
+        cursor.execute(sql, params)
         done = cursor.fetchall() if before is not None else []
         if before is not None:
             cursor.nextset()

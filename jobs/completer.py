@@ -20,7 +20,7 @@ from copy import copy
 from datetime import datetime
 from functools import partial
 
-from django.db import NotSupportedError, ProgrammingError, connection, transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from jobs import attempts, claim_at_once, conf, limiter, limits, prepared, statements
@@ -252,14 +252,12 @@ def _once_more_if_lost(write, successes: list[statements.Success]):
     outdated a prepared statement it sent (jobs.prepared), that transaction was rolled back
     whole, nothing written: run it once more, as text, the runs as they were before it."""
     before = [copy(success.job) for success in successes]
-    try:
-        return write()
-    except (ProgrammingError, NotSupportedError) as exc:
-        if not prepared.may_send_as_text(exc):
-            raise
-    for success, job in zip(successes, before, strict=True):
-        success.job.__dict__.update(job.__dict__)  # what _succeeded changed
-    return write()
+
+    def as_before() -> None:  # what _succeeded changed
+        for success, job in zip(successes, before, strict=True):
+            success.job.__dict__.update(job.__dict__)
+
+    return prepared.once_more_as_text(write, before_again=as_before)
 
 
 def _end_successes(successes) -> set[int]:

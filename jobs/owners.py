@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 
 from django.db.models import Q, QuerySet
 
-from jobs import services
-from jobs.errors import IllegalTransition, JobNotFound
+from jobs import selectors, services
+from jobs.errors import IllegalTransition
 from jobs.models import Job
 
 
@@ -112,20 +112,13 @@ def jobs_of(kind: str, row_id: int) -> Q | None:
     return None
 
 
-def _job(job_id: int) -> Job:
-    job = Job.objects.filter(pk=job_id).first()
-    if job is None:
-        raise JobNotFound(f"job {job_id} does not exist")
-    return job
-
-
 def job_retry(job_id: int, *, actor: str, user=None) -> Job | OwnerInfo:
     """Retry a job as an operator: through its owner if it has one.
 
     Returns the job now queued, or the OwnerInfo of what the owner created when that has
     no job yet (it waits for an approval, say): the retry happened either way.
     """
-    job = _job(job_id)
+    job = selectors.job(job_id)
     owner = _OWNERS.get(job.task)
     if owner is None:
         return services.job_retry(job_id, actor=actor)
@@ -134,7 +127,7 @@ def job_retry(job_id: int, *, actor: str, user=None) -> Job | OwnerInfo:
 
 def job_cancel(job_id: int, *, actor: str) -> Job:
     """Cancel a job as an operator: through its owner if it has one."""
-    job = _job(job_id)
+    job = selectors.job(job_id)
     owner = _OWNERS.get(job.task)
     if owner is None:
         return services.job_cancel(job_id, actor=actor)

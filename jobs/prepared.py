@@ -30,6 +30,7 @@ import itertools
 import logging
 import re
 import zlib
+from collections.abc import Callable
 
 from django.db import NotSupportedError, ProgrammingError, connection
 
@@ -44,16 +45,13 @@ _STALE = ("0A000", "cached plan must not change result type")  # after a migrati
 def execute(cursor, sql: str, params: list) -> None:
     """Run ``sql`` (``%s`` placeholders) with ``params`` on ``cursor`` (the default
     connection's), as its prepared statement where it can be."""
-    name = _prepared_name(sql)
-    if name is None:
-        cursor.execute(sql, params)
-        return
-    try:
-        cursor.execute(f"EXECUTE {name}({', '.join(['%s'] * len(params))})", params)
-    except (ProgrammingError, NotSupportedError) as exc:
-        if not may_send_as_text(exc):
-            raise
-        cursor.execute(sql, params)
+
+    def send() -> None:
+        name = _prepared_name(sql)
+        marks = ", ".join(["%s"] * len(params))
+        cursor.execute(sql if name is None else f"EXECUTE {name}({marks})", params)
+
+    once_more_as_text(send)
 
 
 def inline(sql: str) -> str:
@@ -86,6 +84,24 @@ def _prepared_name(sql: str) -> str | None:
             return None
     prepared.add(name)
     return name
+
+
+def once_more_as_text[T](
+    send: Callable[[], T], *, before_again: Callable[[], None] | None = None
+) -> T:
+    """Run ``send``: one message, or one transaction, that may use this connection's prepared
+    statements and is rolled back whole if it fails. If the server lost or outdated one of
+    them (``may_send_as_text``), nothing was written: call ``before_again`` (to undo what
+    ``send`` changed in memory), then ``send`` once more, which this connection now sends
+    as text."""
+    try:
+        return send()
+    except (ProgrammingError, NotSupportedError) as exc:
+        if not may_send_as_text(exc):
+            raise
+    if before_again is not None:
+        before_again()
+    return send()
 
 
 def may_send_as_text(exc: Exception) -> bool:

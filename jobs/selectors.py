@@ -1,9 +1,11 @@
-"""Read-only views of the job engine: queue statistics for /api/v1/queue and queue_stats."""
+"""Read-only views of the job engine: one job by id, and queue statistics for /api/v1/queue
+and queue_stats."""
 
 from django.utils import timezone
 
 from jobs import task_states
 from jobs.accounting import counts, queues
+from jobs.errors import JobNotFound
 from jobs.models import Job, JobStatus, MaintenanceRun
 from jobs.queues import paused_names
 
@@ -11,6 +13,14 @@ from jobs.queues import paused_names
 OVERDUE_INTERVALS = 3
 
 RECENT_LIMIT = 20
+
+
+def job(job_id: int) -> Job:
+    """Job ``job_id``; JobNotFound (404 in the API) if there is none."""
+    found = Job.objects.filter(pk=job_id).first()
+    if found is None:
+        raise JobNotFound(f"job {job_id} does not exist")
+    return found
 
 
 def queue_stats(*, recent: int = RECENT_LIMIT) -> dict:

@@ -44,7 +44,7 @@ cancelled because of it (reason ``upstream``) wait again, theirs with them.
 
 import json
 
-from django.db import NotSupportedError, ProgrammingError, connection
+from django.db import connection
 from django.db.models import Q
 from django.utils import timezone
 from psycopg.pq import TransactionStatus
@@ -74,9 +74,7 @@ def advance(*jobs: Job) -> list[Job]:
     return released
 
 
-def end_and_advance(
-    statement: str, params: list, job_ids: list[int], *, retried: bool = False
-) -> tuple[list, list[Job]]:
+def end_and_advance(statement: str, params: list, job_ids: list[int]) -> tuple[list, list[Job]]:
     """Run ``statement`` (an end of runs of ``job_ids``), then ``advance`` the workflows of
     those it ended, in one transaction whose first message carries the ``BEGIN``, the end,
     steps 1 and 2 and step 3: a chunk that releases nothing costs two round trips (that
@@ -90,6 +88,15 @@ def end_and_advance(
     stale), the transaction is rolled back, nothing written, and the message sent again as
     text.
     """
+    rows, released = prepared.once_more_as_text(
+        lambda: _end_and_advance(statement, params, job_ids)
+    )
+    if released:  # committed: published at once, a failure logged (the sweeper re-sends)
+        publish_on_commit(released)
+    return rows, released
+
+
+def _end_and_advance(statement: str, params: list, job_ids: list[int]) -> tuple[list, list[Job]]:
     message = "; ".join(
         (
             "BEGIN",
@@ -108,17 +115,9 @@ def end_and_advance(
             cursor.nextset()
             released = _released(_still_waiting(locked, dict(cursor.fetchall())))
             cursor.execute("COMMIT")
-        except (ProgrammingError, NotSupportedError) as exc:
-            _roll_back(cursor)
-            if retried or not prepared.may_send_as_text(exc):
-                raise
-            # rolled back, nothing written: again, as text (jobs.prepared)
-            return end_and_advance(statement, params, job_ids, retried=True)
-        except BaseException:
+        except BaseException:  # rolled back, nothing written (jobs.prepared may send it again)
             _roll_back(cursor)
             raise
-    if released:  # committed: published at once, a failure logged (the sweeper re-sends)
-        publish_on_commit(released)
     return rows, released
 
 
