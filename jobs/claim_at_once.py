@@ -42,6 +42,13 @@ RUNNING = f"SELECT count(*) FROM {TABLE} r WHERE r.status = '{S.RUNNING}'"
 # emptied first, so a claim earlier in the same transaction leaves nothing behind).
 QUEUE_SETTING = "conveyor.claim_queue"
 _HAND_OVER = f"set_config('{QUEUE_SETTING}', j.queue, true)"
+# A job of the task named by the task's state row being marked, due as the pick counts due
+# (its one parameter): a claim that took nothing marks a key's refusal only if one was there.
+_DUE = (
+    f"SELECT 1 FROM {TABLE} d WHERE d.task = {TASK_STATE_TABLE}.name "
+    f"AND d.status IN ('{S.QUEUED}', '{S.RETRYING}') AND d.run_after <= %s "
+    "AND d.cancel_requested_at IS NULL"
+)
 _EMPTY = f"SELECT set_config('{QUEUE_SETTING}', '', true)"
 # The claim's UPDATE at the time of the pick's ``clock``: the lease's length, then the worker.
 _SET_RUNNING = statements.SET_RUNNING_AT.format(
@@ -181,8 +188,8 @@ def _pick_sql(queue_limited: bool, task_limited: bool, key_limited: bool, only: 
     refused = []
     if task_limited:  # the task's slots ran out before the chunk was whole
         refused.append("(got < n.asked AND n.task_running + got >= %s)")
-    if key_limited:  # its keys' slots may be what holds it
-        refused.append("got = 0")
+    if key_limited:  # nothing claimed though a job was due: its key's slots held it
+        refused.append(f"(got = 0 AND EXISTS ({_DUE} AND d.queue = n.queue))")
     if refused:
         ctes.append(
             f"task_mark AS (UPDATE {TASK_STATE_TABLE} SET held_at = %s WHERE name = %s "
@@ -209,4 +216,5 @@ def _pick_params(limits, task: str, worker: str, count: int, only: int | None, n
     params += [when(now)] if queue_limit is not None else []  # queue_mark
     if concurrency or key_concurrency:  # task_mark
         params += [when(now), task] + ([concurrency] if concurrency else [])
+        params += [when(now + statements.CLAIM_CLOCK_SKEW)] if key_concurrency else []
     return params

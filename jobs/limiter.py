@@ -140,7 +140,7 @@ def _claim(plan: Plan, job_id: int, task: str, worker: str, only: int | None, co
     if not jobs:
         if limit is not None and limit.key_rate:
             _ring_when_a_key_frees(job_id, task, now)
-        if limit is not None and limit.key_concurrency:
+        if limit is not None and limit.key_concurrency and _any_due(TaskState, task, queue):
             _held(TaskState, task)  # its keys' slots may be what holds it
         return [], holds
     if rate is not None:  # one job: a rate claims one at a time
@@ -216,9 +216,12 @@ def wake(model, name: str, ring: Callable[[], int]) -> None:
         )
 
 
-def _any_due(model, name: str) -> bool:
-    """Whether a job of the queue or task ``name`` is due, as a claim would take it."""
+def _any_due(model, name: str, queue: str | None = None) -> bool:
+    """Whether a job of the queue or task ``name`` (in ``queue``, if given) is due, as a
+    claim would take it."""
     where = {"task": name} if model is TaskState else {"queue": name}
+    if queue is not None:
+        where["queue"] = queue
     due = timezone.now() + statements.CLAIM_CLOCK_SKEW
     pending = Job.objects.filter(status__in=PENDING, run_after__lte=due, **where)
     return pending.exists()

@@ -114,6 +114,33 @@ def test_per_key_slots_refuse_a_busy_tenant_and_mark_the_task():
     assert TaskState.objects.get(name="jobs.noop").held_at is not None
 
 
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("path", sorted(PATHS))
+def test_a_key_limited_claim_that_finds_nothing_due_marks_nothing(path):
+    """A doorbell whose job another claim took finds nothing: no key held anything back, so
+    no end has to ring for it. (Marked, every end rang an extra doorbell while a backlog
+    lasted, and each of those dropped one more: 1.6 dropped doorbells a webhook delivery.)"""
+    _states()
+    claim = PATHS[path]
+    plan = limiter.Plan(limit=Limit(key=("tenant",), key_concurrency=1))
+    a = services.enqueue("jobs.noop", {"tenant": "a"})
+    later = timezone.now() + timedelta(hours=1)
+    b = services.enqueue("jobs.noop", {"tenant": "b"}, run_after=later)
+    Job.objects.filter(pk=a.pk).update(limit_key="a")
+    Job.objects.filter(pk=b.pk).update(limit_key="b")
+    with transaction.atomic():
+        assert [j.pk for j in claim(plan, a.pk, "w/1", 1)] == [a.pk]
+    with transaction.atomic():  # a's doorbell again, late; b is not due yet
+        assert claim(plan, a.pk, "w/2", 1) == []
+    assert TaskState.objects.get(name="jobs.noop").held_at is None
+    a2 = services.enqueue("jobs.noop", {"tenant": "a"})
+    Job.objects.filter(pk=a2.pk).update(limit_key="a")
+    with transaction.atomic():  # due, but key "a" runs 1 of 1: held back, so marked
+        assert claim(plan, a2.pk, "w/3", 1) == []
+    assert TaskState.objects.get(name="jobs.noop").held_at is not None
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_missing_state_row_is_made_and_the_claim_still_happens():
     plan = limiter.Plan(limit=Limit(concurrency=5))
