@@ -13,7 +13,7 @@ each ``BENCH_EVENTS`` deliveries (2,000, or 400 quick):
 * ``slow_pool``: a ``ThreadPoolExecutor`` of the same concurrency posting the same bodies,
   signed the same way (both signatures, per post), with one ``requests.Session`` per thread;
 * ``instant_conveyor`` / ``instant_loop``: the same against the instant receiver, the
-  baseline a plain sequential ``requests.Session`` loop (unsigned, as before).
+  baseline a plain sequential ``requests.Session`` loop (unsigned).
 
 The per-endpoint limit is set to the pool's size (``CONVEYOR_WEBHOOK_ENDPOINT_CONCURRENCY``),
 so the one endpoint may use every thread, as the pool does; it is still enforced on every
@@ -70,15 +70,20 @@ class Receiver(ThreadingHTTPServer):
 
 
 def reset() -> None:
-    """Start a round as on a fresh database: no endpoint, event or delivery job, an empty
-    broker, and no refusal mark left on the task (one would ring on every end)."""
-    from jobs.models import Job, TaskState
+    """Start a round with no endpoint, event or delivery job, an empty broker, and no limit
+    state left from an earlier round: a refusal mark left on the task or the queue would send
+    an extra message after every delivery, and an endpoint's start times would count against
+    a rate (``CONVEYOR_WEBHOOK_ENDPOINT_RATE``) set in the environment."""
+    from jobs.models import Job, LimitKeyState, QueueState, TaskState
+    from webhooks.dispatch import DELIVER_TASK
     from webhooks.models import Endpoint, Event
 
     Endpoint.objects.all().delete()
     Event.objects.all().delete()
-    Job.objects.filter(task="webhooks.deliver").delete()
-    TaskState.objects.filter(name="webhooks.deliver").update(held_at=None)
+    Job.objects.filter(task=DELIVER_TASK).delete()
+    TaskState.objects.filter(name=DELIVER_TASK).update(held_at=None)
+    QueueState.objects.filter(name="webhooks").update(held_at=None)
+    LimitKeyState.objects.filter(task=DELIVER_TASK).delete()
     harness.purge()
 
 

@@ -114,7 +114,6 @@ def test_per_key_slots_refuse_a_busy_tenant_and_mark_the_task():
     assert TaskState.objects.get(name="jobs.noop").held_at is not None
 
 
-
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("path", sorted(PATHS))
 def test_a_key_limited_claim_that_finds_nothing_due_marks_nothing(path):
