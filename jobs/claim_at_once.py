@@ -188,7 +188,7 @@ def _pick_sql(queue_limited: bool, task_limited: bool, key_limited: bool, only: 
     refused = []
     if task_limited:  # the task's slots ran out before the chunk was whole
         refused.append("(got < n.asked AND n.task_running + got >= %s)")
-    if key_limited:  # nothing claimed though a job was due: its key's slots held it
+    if key_limited:  # nothing claimed though a job was due: its key's slots may have held it
         refused.append(f"(got = 0 AND EXISTS ({_DUE} AND d.queue = n.queue))")
     if refused:
         ctes.append(

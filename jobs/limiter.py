@@ -223,7 +223,9 @@ def _any_due(model, name: str, queue: str | None = None) -> bool:
     if queue is not None:
         where["queue"] = queue
     due = timezone.now() + statements.CLAIM_CLOCK_SKEW
-    pending = Job.objects.filter(status__in=PENDING, run_after__lte=due, **where)
+    pending = Job.objects.filter(
+        status__in=PENDING, run_after__lte=due, cancel_requested_at__isnull=True, **where
+    )
     return pending.exists()
 
 

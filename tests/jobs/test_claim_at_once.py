@@ -116,13 +116,17 @@ def test_per_key_slots_refuse_a_busy_tenant_and_mark_the_task():
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("path", sorted(PATHS))
-def test_a_key_limited_claim_that_finds_nothing_due_marks_nothing(path):
+@pytest.mark.parametrize(
+    ("queue_limit", "concurrency"), [(None, None), (5, None), (None, 5), (5, 5)]
+)
+def test_a_key_limited_claim_that_finds_nothing_due_marks_nothing(path, queue_limit, concurrency):
     """A doorbell whose job another claim took finds nothing: no key held anything back, so
     no end has to ring for it. (Marked, every end rang an extra doorbell while a backlog
     lasted, and each of those dropped one more: 1.6 dropped doorbells a webhook delivery.)"""
     _states()
     claim = PATHS[path]
-    plan = limiter.Plan(limit=Limit(key=("tenant",), key_concurrency=1))
+    limit = Limit(key=("tenant",), key_concurrency=1, concurrency=concurrency)
+    plan = limiter.Plan(queue_limit=queue_limit, limit=limit)
     a = services.enqueue("jobs.noop", {"tenant": "a"})
     later = timezone.now() + timedelta(hours=1)
     b = services.enqueue("jobs.noop", {"tenant": "b"}, run_after=later)
@@ -133,11 +137,17 @@ def test_a_key_limited_claim_that_finds_nothing_due_marks_nothing(path):
     with transaction.atomic():  # a's doorbell again, late; b is not due yet
         assert claim(plan, a.pk, "w/2", 1) == []
     assert TaskState.objects.get(name="jobs.noop").held_at is None
+    cancelled = services.enqueue("jobs.noop", {"tenant": "c"})
+    Job.objects.filter(pk=cancelled.pk).update(limit_key="c", cancel_requested_at=timezone.now())
+    with transaction.atomic():  # due but its cancel asked for: no claim takes it, no mark
+        assert claim(plan, a.pk, "w/3", 1) == []
+    assert TaskState.objects.get(name="jobs.noop").held_at is None
     a2 = services.enqueue("jobs.noop", {"tenant": "a"})
     Job.objects.filter(pk=a2.pk).update(limit_key="a")
     with transaction.atomic():  # due, but key "a" runs 1 of 1: held back, so marked
-        assert claim(plan, a2.pk, "w/3", 1) == []
+        assert claim(plan, a2.pk, "w/4", 1) == []
     assert TaskState.objects.get(name="jobs.noop").held_at is not None
+    assert QueueState.objects.get(name="default").held_at is None
 
 
 @pytest.mark.django_db(transaction=True)
