@@ -216,7 +216,7 @@ def succeed_many(
             queue=successes[0].job.queue, queue_held=queue_held, task_held=task_held
         )
         return _settled(successes, ended, rings=True, holds=holds)
-    if before:  # a workflow's nodes, or SQLite (JobTask writes at once there): first, alone
+    if before:  # a workflow's nodes, or SQLite: written first, on their own
         _write(before)
     if _in_one_message():  # a workflow's nodes
         rows = _end_and_advance(statements.successes_statement(successes), successes, released)

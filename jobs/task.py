@@ -77,9 +77,8 @@ class JobContext:
     def write_with_end(self, sql: str, params) -> None:
         """Write ``sql`` (one statement, ``%s`` placeholders) with this run's end, whatever
         the end: first in the end's message (one transaction, one round trip) for a job that
-        ran alone on PostgreSQL; at once anywhere else (a batch's chunk, an ``atomic`` body, a
-        workflow's node, SQLite). If it fails, nothing of it is written and the run fails with
-        its error."""
+        ran alone on PostgreSQL; at once anywhere else (a batch's chunk, an ``atomic`` body,
+        SQLite). If it fails, nothing of it is written and the run fails with its error."""
         if self.end_writes is not None:
             self.end_writes.append((sql, list(params)))
             return
@@ -148,7 +147,7 @@ class JobTask(Task):
         if job is None:
             return _dropped(self, job_ids)
         ctx = _context(job)
-        if not self.atomic and job.workflow_id is None and statements.several_per_message():
+        if not self.atomic and statements.several_per_message():
             ctx.end_writes = []  # written in the end's message
         done = self._run_job(job, ctx)
         if done is None:
