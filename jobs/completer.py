@@ -63,19 +63,13 @@ def finish(
     *,
     lease_expired_before: datetime | None = None,
     actor: str = "system",
-    before=(),
 ) -> Job | None:
     """End the run of ``job`` as ``decision`` says; return the job as it is now, or None.
 
     ``lease_expired_before`` (the reaper) also requires the lease to have run out by then;
-    ``actor`` signs a dead letter; ``before``: statements (and their parameters) the body
-    asked to write with its end, written first in the end's transaction.
+    ``actor`` signs a dead letter.
     """
     end = ending(decision, lease_expired_before=lease_expired_before)
-    if before:
-        with transaction.atomic():
-            _write(before)
-            return finish(decision, job, lease_expired_before=lease_expired_before, actor=actor)
     # The hot path: one statement, nothing to announce (a workflow's node: see _advance).
     if decision.status == S.SUCCEEDED and job.workflow_id is None:
         done = statements.end(job, end)
@@ -192,32 +186,27 @@ def _succeed_many_and_claim_at_once(successes, job_id, count, plan, task, worker
 
 
 def succeed_many(
-    successes: list[statements.Success], *, released: list[Job] | None = None, before=()
+    successes: list[statements.Success], *, released: list[Job] | None = None
 ) -> list[tuple[Job, bool]]:
     """Write a chunk's successes with no claim after them (the message's last chunk).
 
     ``released`` (as for ``succeed_many_and_claim``): a list to add the jobs that these ends
-    released (workflows' dependants now queued) to. ``before``: statements (and their
-    parameters) the bodies asked to write with their ends: in the same message on
-    PostgreSQL, else written first.
+    released (workflows' dependants now queued) to.
     """
     if not successes:
         return []
     if connection.vendor == "postgresql" and not _any_workflow(successes):  # one statement
         watched = _watched(successes)
         if watched is None:
-            ended = statements.end_successes(successes, before=before)
-            return _settled(successes, ended, rings=True)
+            return _settled(successes, statements.end_successes(successes), rings=True)
         task, queue = watched
         ended, task_held, queue_held = statements.end_successes_reading_marks(
-            successes, task=task, queue=queue, before=before
+            successes, task=task, queue=queue
         )
         holds = limiter.Holds(
             queue=successes[0].job.queue, queue_held=queue_held, task_held=task_held
         )
         return _settled(successes, ended, rings=True, holds=holds)
-    if before:  # a workflow's nodes, or SQLite: written first, on their own
-        _write(before)
     if _in_one_message():  # a workflow's nodes
         rows = _end_and_advance(statements.successes_statement(successes), successes, released)
         return _settled(successes, {row[0] for row in rows}, rings=True)
@@ -234,12 +223,6 @@ def succeed_many(
     if released is not None:
         released.extend(freed)
     return _settled(successes, ended, rings=False)
-
-
-def _write(writes) -> None:
-    with connection.cursor() as cursor:
-        for sql, params in writes:
-            cursor.execute(sql, params)
 
 
 def _in_one_message() -> bool:

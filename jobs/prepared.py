@@ -42,29 +42,16 @@ _LOST = "26000"  # invalid_sql_statement_name: the server does not know it (a po
 _STALE = ("0A000", "cached plan must not change result type")  # after a migration
 
 
-def execute(cursor, sql: str, params: list, *, before: list | tuple = ()) -> None:
+def execute(cursor, sql: str, params: list) -> None:
     """Run ``sql`` (``%s`` placeholders) with ``params`` on ``cursor`` (the default
-    connection's), as its prepared statement where it can be. ``before``: statements and
-    their parameters to send first, in the same message (one transaction outside one); the
-    cursor is left at ``sql``'s result."""
+    connection's), as its prepared statement where it can be."""
 
     def send() -> None:
         name = _prepared_name(sql)
         marks = ", ".join(["%s"] * len(params))
-        text = sql if name is None else f"EXECUTE {name}({marks})"
-        cursor.execute(*with_before(before, text, params))
-        for _ in before:
-            cursor.nextset()
+        cursor.execute(sql if name is None else f"EXECUTE {name}({marks})", params)
 
     once_more_as_text(send)
-
-
-def with_before(before: list | tuple, sql: str, params: list) -> tuple[str, list]:
-    """One query string that sends ``before`` (statements and their parameters), then ``sql``."""
-    if not before:
-        return sql, params
-    texts = [text for text, _ in before]
-    return "; ".join([*texts, sql]), [p for _, ps in before for p in ps] + list(params)
 
 
 def inline(sql: str) -> str:

@@ -354,34 +354,28 @@ def end(job: Job, ending: Ending) -> Job | None:
     return job_from_row(row) if row else None
 
 
-def _end_returning_id(job: Job, ending: Ending, before=()) -> bool:
+def _end_returning_id(job: Job, ending: Ending) -> bool:
     """``end`` that reads nothing back: whether the run was ended."""
     params = _end_params(job, ending, timezone.now())
     with connection.cursor() as cursor:
-        sql = f"{_end_sql(connection.vendor)} RETURNING id"
-        prepared.execute(cursor, sql, params, before=before)
+        prepared.execute(cursor, f"{_end_sql(connection.vendor)} RETURNING id", params)
         return cursor.fetchone() is not None
 
 
-def end_successes(successes: list[Success], *, before=()) -> set[int]:
+def end_successes(successes: list[Success]) -> set[int]:
     """Write the successes of a chunk's runs; return the ids of the runs ended.
 
     A run missing from the answer is no longer its job's, or a cancel was asked for
     meanwhile (jobs.completer then ends it cancelled). One UPDATE over arrays on PostgreSQL;
     a single success, or any on SQLite, by ``_END`` (which keeps the claim's start time).
-    ``before``: statements (and their parameters) the bodies asked to write with their ends,
-    sent first in the same message (PostgreSQL).
     """
     if not successes:
         return set()
     if len(successes) == 1 or connection.vendor != "postgresql":  # scalars bind faster
-        ends = iter([before])  # the statements go with the first end
-        return {
-            s.job.pk for s in successes if _end_returning_id(s.job, _succeeded(s), next(ends, ()))
-        }
+        return {s.job.pk for s in successes if _end_returning_id(s.job, _succeeded(s))}
     with connection.cursor() as cursor:
         params = _successes_params(successes, timezone.now())
-        prepared.execute(cursor, _successes_sql(), params, before=before)
+        prepared.execute(cursor, _successes_sql(), params)
         return {row[0] for row in cursor.fetchall()}
 
 
@@ -399,17 +393,14 @@ _READING_MARKS = (
 
 
 def end_successes_reading_marks(
-    successes: list[Success], *, task: str | None, queue: str | None, before=()
+    successes: list[Success], *, task: str | None, queue: str | None
 ) -> tuple[set[int], bool, bool]:
     """``end_successes`` on PostgreSQL, one statement that also reads the refusal marks of
     ``task`` and ``queue`` (None: not limited, not read); return the ids ended and whether
-    each was marked. ``before``: as for ``end_successes``."""
+    each was marked."""
     update, params = successes_statement(successes)
-    sql = _READING_MARKS.replace("{update}", update)
     with connection.cursor() as cursor:
-        cursor.execute(*prepared.with_before(before, sql, [*params, queue, task]))
-        for _ in before:
-            cursor.nextset()
+        cursor.execute(_READING_MARKS.replace("{update}", update), [*params, queue, task])
         ids, queue_held, task_held = cursor.fetchone()
     return set(ids), bool(task_held), bool(queue_held)
 

@@ -30,15 +30,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from celery import Task
-from django.db import (
-    DatabaseError,
-    DataError,
-    IntegrityError,
-    InterfaceError,
-    OperationalError,
-    connection,
-    transaction,
-)
+from django.db import DatabaseError, InterfaceError, OperationalError, connection, transaction
 from django.utils import timezone
 
 from jobs import (
@@ -67,23 +59,10 @@ class JobContext:
     job: Job
     cancel_requested: bool = field(default=False)
     lost: bool = field(default=False)  # the run was taken away (the reaper re-queued it)
-    # What write_with_end keeps for the end's message; None: it writes at once.
-    end_writes: list | None = field(default=None, repr=False)
 
     @property
     def payload(self) -> dict:
         return self.job.payload
-
-    def write_with_end(self, sql: str, params) -> None:
-        """Write ``sql`` (one statement, ``%s`` placeholders) with this run's end, whatever
-        the end: first in the end's message (one transaction, one round trip) for a job that
-        ran alone on PostgreSQL; at once anywhere else (a batch's chunk, an ``atomic`` body,
-        SQLite). If it fails, nothing of it is written and the run fails with its error."""
-        if self.end_writes is not None:
-            self.end_writes.append((sql, list(params)))
-            return
-        with connection.cursor() as cursor:
-            cursor.execute(sql, params)
 
     def heartbeat(self) -> bool:
         """Extend the lease now; refresh ``cancel_requested``. False if the run was taken away.
@@ -146,13 +125,10 @@ class JobTask(Task):
         job = _claim(job_id, task=self, worker=worker, plan=plan)
         if job is None:
             return _dropped(self, job_ids)
-        ctx = _context(job)
-        if not self.atomic and statements.several_per_message():
-            ctx.end_writes = []  # written in the end's message
-        done = self._run_job(job, ctx)
+        done = self._run_job(job)
         if done is None:
             return None
-        follow = batches.following(self._finish(*done, ctx.end_writes), self.name, job.queue)
+        follow = batches.following(self._finish(*done), self.name, job.queue)
         if follow and publish.batchable(self) and not shutdown.requested():
             # A chain's next step of this task: run here now, as a batch message would.
             runner = batches.Runner(self.name, _context, self._run_job, self._ended)
@@ -188,7 +164,7 @@ class JobTask(Task):
             decision = outcome.decide(event, job, self)
             if decision.status == outcome.S.SUCCEEDED:
                 return job, decision.result  # written by the caller, with others (jobs.batches)
-            ended = _finish_writing(decision, job, ctx.end_writes)
+            ended = completer.finish(decision, job)
         except DatabaseError:
             raise  # the database is away: the lease runs out and the reaper takes over
         except Exception as exc:  # the ending itself could not be recorded: say why, for good
@@ -212,21 +188,12 @@ class JobTask(Task):
             return undo.encoded, False
         return encoded, True
 
-    def _finish(self, job: Job, encoded: str, writes=None) -> list[Job]:
+    def _finish(self, job: Job, encoded: str) -> list[Job]:
         """Write a success (or the cancel that came meanwhile) and tell ``run_ended``; return
-        the jobs the success released (a workflow's dependants now queued). ``writes``: what
-        the body asked to write with its end; if they fail, the run failed with their error."""
+        the jobs the success released (a workflow's dependants now queued)."""
         ran = statements.Success(job, encoded, job.started_at, timezone.now())
         released: list[Job] = []
-        try:
-            settled = completer.succeed_many([ran], released=released, before=writes or ())
-        except (DataError, IntegrityError) as exc:
-            if not writes:
-                raise
-            ended = completer.finish(outcome.decide(outcome.Event.raised(exc), job, self), job)
-            self._ended(ended, succeeded=False)
-            return []
-        for ended, succeeded in settled:
+        for ended, succeeded in completer.succeed_many([ran], released=released):
             self._ended(ended, succeeded=succeeded)
         return released
 
@@ -285,17 +252,6 @@ class JobTask(Task):
     ):
         """Celery's ``self.retry()`` inside a job body: retry the job (after ``countdown``)."""
         raise RetryAfter(str(exc or "retry requested"), seconds=countdown) from exc
-
-
-def _finish_writing(decision: outcome.Decision, job: Job, writes) -> Job | None:
-    """``completer.finish`` with the body's writes first; without them if they fail (the
-    run's own failure is what its end records)."""
-    try:
-        return completer.finish(decision, job, before=writes or ())
-    except (DataError, IntegrityError):
-        if not writes:
-            raise
-        return completer.finish(decision, job)
 
 
 def _context(job: Job) -> JobContext:

@@ -337,22 +337,3 @@ def rated_task(ctx: JobContext):
 def fair_task(ctx: JobContext):
     """Tenants served round-robin (see ``_occupy_keyed``)."""
     return _occupy_keyed(ctx)
-
-
-@shared_task(base=JobTask, name="tests.write_with_end", batch=False)
-def write_with_end_task(ctx: JobContext):
-    """Ask for an AuditLog row (``action="test.with_end"``) to be written with the run's end,
-    then fail (``payload["fail"]``) or succeed; ``payload["bad"]``: a row that breaks a
-    constraint (a NULL actor)."""
-    from webhooks.statements import insert
-
-    row = AuditLog(
-        actor=None if ctx.payload.get("bad") else "body",
-        action="test.with_end",
-        target_type="job",
-        target_id=str(ctx.job.pk),
-    )
-    ctx.write_with_end(*insert(row))
-    if ctx.payload.get("fail"):
-        raise Permanent("the body failed after asking")
-    return "done"

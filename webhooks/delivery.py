@@ -15,11 +15,10 @@ URL refused by the SSRF guard             refused     ``Permanent``: delivery ``
 
 import email.utils
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -86,15 +85,11 @@ def parse_retry_after(value: str | None, *, now: datetime, cap: float) -> float 
     return min(max(0.0, seconds), cap)
 
 
-def delivery_attempt(
-    delivery_id: int, *, job: Job, write_with_end: Callable[[str, list], None] | None = None
-) -> AttemptResult:
+def delivery_attempt(delivery_id: int, *, job: Job) -> AttemptResult:
     """Send a pending delivery once and record the attempt; the caller acts on the result.
 
     A delivery that is no longer pending is left alone; one whose endpoint was disabled
     meanwhile is marked ``skipped`` (test deliveries are sent regardless).
-    ``write_with_end`` (a job body's ``ctx.write_with_end``): the attempt's record is written
-    with the job's end, in its transaction, instead of before it in one of its own.
     """
     outgoing = outgoing_get(delivery_id=delivery_id)
     if outgoing is None or outgoing.status != S.PENDING:
@@ -104,15 +99,7 @@ def delivery_attempt(
         return AttemptResult(outcome=Outcome.SKIPPED, error="endpoint is disabled")
     started = timezone.now()
     result, response, address = _send(outgoing, started)
-    _record(
-        outgoing,
-        job=job,
-        started=started,
-        result=result,
-        response=response,
-        address=address,
-        write_with_end=write_with_end,
-    )
+    _record(outgoing, job=job, started=started, result=result, response=response, address=address)
     logger.info(
         "webhook.attempt",
         extra={
@@ -176,10 +163,6 @@ def _send(outgoing: Outgoing, started: datetime):
     return result, response, address
 
 
-def is_postgresql() -> bool:
-    return connection.vendor == "postgresql"
-
-
 def _header(headers: dict[str, str], name: str) -> str | None:
     for key, value in headers.items():
         if key.lower() == name:
@@ -197,16 +180,13 @@ def _status_error(response: transport.Response) -> str:
     return error
 
 
-def _record(
-    outgoing: Outgoing, *, job: Job, started, result, response, address, write_with_end=None
-) -> None:
+def _record(outgoing: Outgoing, *, job: Job, started, result, response, address) -> None:
     """Write the attempt row and bring the delivery (and endpoint) up to date, atomically.
 
-    One statement on PostgreSQL (``webhooks.statements``), sent in the job's end's message
-    when ``write_with_end`` is given: with the job's claim and the read of the delivery, a
-    delivery costs three round trips. The delivery row is the main statement, so it is
-    locked before the endpoint row, in the order ``delivery_mark_dead()`` locks them. A 410
-    also disables the endpoint: that is written at once, in a transaction of its own.
+    One statement on PostgreSQL (``webhooks.statements``): with the job's claim, the read of
+    the delivery and the job's completion, a delivery costs four round trips. The delivery
+    row is the main statement, so it is locked before the endpoint row, in the order
+    ``delivery_mark_dead()`` locks them.
     """
     now = timezone.now()
     attempt = DeliveryAttempt(
@@ -242,9 +222,6 @@ def _record(
         writes.append(
             statements.update_row(Delivery, outgoing.delivery_id, {"updated_at": now, **last})
         )
-    if result.outcome != Outcome.GONE and write_with_end is not None and is_postgresql():
-        write_with_end(*statements.as_one(writes))
-        return
     if result.outcome != Outcome.GONE:
         statements.execute_together(writes)
         return

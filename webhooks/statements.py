@@ -80,25 +80,17 @@ def _update_sql(
     return f"UPDATE {quote(meta.db_table)} SET {assignments} WHERE {where}", fields
 
 
-def as_one(statements: list[Statement]) -> tuple[str, list]:
-    """``statements`` as the one PostgreSQL statement ``execute_together`` runs, with its
-    parameters."""
-    if not statements:
-        raise ValueError("as_one() needs at least one statement")
-    *clauses, (sql, _) = statements
-    if clauses:
-        prefix = ", ".join(f"s{n} AS ({clause})" for n, (clause, _) in enumerate(clauses))
-        sql = f"WITH {prefix} {sql}"
-    return sql, [param for _, statement_params in statements for param in statement_params]
-
-
 def execute_together(statements: list[Statement], *, using: str = "default") -> int:
     """Run ``statements`` all or nothing; return how many rows the last one changed."""
     if not statements:
         raise ValueError("execute_together() needs at least one statement")
     connection = connections[using]
     if connection.vendor == "postgresql":
-        sql, params = as_one(statements)
+        *clauses, (sql, _) = statements
+        if clauses:
+            prefix = ", ".join(f"s{n} AS ({clause})" for n, (clause, _) in enumerate(clauses))
+            sql = f"WITH {prefix} {sql}"
+        params = [param for _, statement_params in statements for param in statement_params]
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
             return cursor.rowcount

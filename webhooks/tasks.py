@@ -65,8 +65,7 @@ class DeliveryFailed(RetryAfter):
 @shared_task(base=DeliveryTask, name=DELIVER_TASK)
 def deliver(ctx: JobContext):
     """Attempt the delivery ``payload["delivery_id"]`` once and act on the outcome."""
-    delivery_id = int(ctx.payload["delivery_id"])
-    result = delivery_attempt(delivery_id, job=ctx.job, write_with_end=ctx.write_with_end)
+    result = delivery_attempt(int(ctx.payload["delivery_id"]), job=ctx.job)
     if result.outcome == AttemptOutcome.DELIVERED:
         return {"status_code": result.status_code}
     if result.outcome == AttemptOutcome.SKIPPED:
