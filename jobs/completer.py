@@ -21,14 +21,17 @@ from datetime import datetime
 from functools import partial
 
 from django.db import connection, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from jobs import attempts, claim_at_once, conf, limiter, limits, prepared, statements
-from jobs.models import Job, JobReason, JobStatus, QueueState, TaskState
+from jobs.models import PENDING, Job, JobReason, JobStatus, QueueState, TaskState
 from jobs.outcome import Decision
 from jobs.publish import publish_on_commit
 from jobs.queues import ring, ring_task
 from jobs.services.base import MAX_ERROR_LENGTH, log_job
+from jobs.signals import job_cancelled
+from jobs.transitions import transition
 
 R = JobReason
 S = JobStatus
@@ -318,13 +321,30 @@ def _settled(
 def hand_back(jobs: list[Job]) -> int:
     """Give back claimed runs whose bodies never started (jobs.batches: a chunk that ran past
     its budget, or a warm shutdown): queued again at once, their attempts given back, their
-    doorbells rung. Return how many were given back."""
-    given = statements.hand_back(jobs)
-    for job in given:
+    doorbells rung. A run whose cancel was asked for while it waited in its chunk is
+    cancelled instead (queued with the request, no claim would ever take it). Return how
+    many were given back."""
+    with transaction.atomic():
+        given = statements.hand_back(jobs)
+        cancelled = _cancel_asked_for(given)
+    queued = [job for job in given if job.pk not in cancelled]
+    for job in queued:
         job.status, job.locked_by = S.QUEUED, ""
-    publish_on_commit(given)
+    publish_on_commit(queued)
     _ring_for(given)
     return len(given)
+
+
+def _cancel_asked_for(jobs: list[Job]) -> set[int]:
+    """Cancel those of ``jobs`` (just given back, not started) whose cancel was asked for, as
+    an operator's cancel of a waiting job does; return their ids."""
+    asked = Q(pk__in=[job.pk for job in jobs], cancel_requested_at__isnull=False)
+    moved = transition(asked, S.CANCELLED, from_=PENDING, reason=R.CANCELLED)
+    for job in moved:
+        _advance(job)
+        log_job("job.cancelled", job, reason="cancel asked for before its body started")
+        job_cancelled.send(sender=Job, job=job, actor="system")
+    return {job.pk for job in moved}
 
 
 def log_success(job: Job) -> None:

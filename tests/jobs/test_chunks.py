@@ -12,7 +12,7 @@ from django.db import connection
 from jobs import attempts, batches, queues, services
 from jobs.lease import keeper
 from jobs.maintenance.reaper import reap
-from jobs.models import Job, JobStatus
+from jobs.models import AuditLog, Job, JobStatus
 from tests.jobtasks import record_task
 
 S = JobStatus
@@ -55,6 +55,26 @@ def test_a_chunk_that_overruns_gives_back_the_jobs_it_has_not_started():
             assert row.started_at is None and row.lease_expires_at is None
         [entry] = attempts.history(rows[0])
         assert entry["outcome"] == S.SUCCEEDED
+    finally:
+        queues.resume("default", actor="test")
+
+
+def test_a_job_whose_cancel_was_asked_for_while_it_waited_in_its_chunk_is_cancelled():
+    """Given back with the request, it would stay queued for good: no claim takes a job
+    whose cancel was asked for."""
+    jobs = [services.enqueue("tests.record", {"sleep": 0.5, "n": n}) for n in range(3)]
+    asked = _after(0.2, lambda: services.job_cancel(jobs[1].pk, actor="test"))
+    pausing = _after(0.25, lambda: queues.pause("default", actor="test"))  # so it overruns
+    try:
+        record_task([job.pk for job in jobs])
+        asked.join()
+        pausing.join()
+        rows = list(Job.objects.filter(pk__in=[job.pk for job in jobs]).order_by("pk"))
+        assert [row.status for row in rows] == [S.SUCCEEDED, S.CANCELLED, S.QUEUED]
+        assert rows[1].attempts == 0 and rows[1].finished_at is not None
+        assert not AuditLog.objects.filter(
+            action="test.executed", target_id=str(jobs[1].pk)
+        ).exists()
     finally:
         queues.resume("default", actor="test")
 
