@@ -45,9 +45,7 @@ _HAND_OVER = f"set_config('{QUEUE_SETTING}', j.queue, true)"
 # A job of the task named by the task's state row being marked, due as the pick counts due
 # (its one parameter): a claim that took nothing marks a key's refusal only if one was there.
 _DUE = (
-    f"SELECT 1 FROM {TABLE} d WHERE d.task = {TASK_STATE_TABLE}.name "
-    f"AND d.status IN ('{S.QUEUED}', '{S.RETRYING}') AND d.run_after <= %s "
-    "AND d.cancel_requested_at IS NULL"
+    f"SELECT 1 FROM {TABLE} d WHERE d.task = {TASK_STATE_TABLE}.name AND {statements.runnable('d')}"
 )
 _EMPTY = f"SELECT set_config('{QUEUE_SETTING}', '', true)"
 # The claim's UPDATE at the time of the pick's ``clock``: the lease's length, then the worker.
@@ -160,8 +158,7 @@ def _pick_sql(queue_limited: bool, task_limited: bool, key_limited: bool, only: 
     )
     pick = (
         f"SELECT j.id FROM {TABLE} j WHERE j.queue = (SELECT queue FROM n) AND j.task = %s "
-        f"AND j.status IN ('{S.QUEUED}', '{S.RETRYING}') AND j.run_after <= %s "
-        f"AND j.cancel_requested_at IS NULL {'AND j.id = %s ' if only else ''}{rule}"
+        f"AND {statements.runnable('j')} {'AND j.id = %s ' if only else ''}{rule}"
         "ORDER BY j.priority DESC, j.run_after, j.id "
         "LIMIT COALESCE((SELECT take FROM n), 0) FOR UPDATE OF j SKIP LOCKED"
     )

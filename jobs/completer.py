@@ -25,13 +25,12 @@ from django.db.models import Q
 from django.utils import timezone
 
 from jobs import attempts, claim_at_once, conf, limiter, limits, prepared, statements
-from jobs.models import PENDING, Job, JobReason, JobStatus, QueueState, TaskState
+from jobs.models import Job, JobReason, JobStatus, QueueState, TaskState
 from jobs.outcome import Decision
 from jobs.publish import publish_on_commit
 from jobs.queues import ring, ring_task
 from jobs.services.base import MAX_ERROR_LENGTH, log_job
-from jobs.signals import job_cancelled
-from jobs.transitions import transition
+from jobs.services.operator import cancel_waiting
 
 R = JobReason
 S = JobStatus
@@ -339,11 +338,7 @@ def _cancel_asked_for(jobs: list[Job]) -> set[int]:
     """Cancel those of ``jobs`` (just given back, not started) whose cancel was asked for, as
     an operator's cancel of a waiting job does; return their ids."""
     asked = Q(pk__in=[job.pk for job in jobs], cancel_requested_at__isnull=False)
-    moved = transition(asked, S.CANCELLED, from_=PENDING, reason=R.CANCELLED)
-    for job in moved:
-        _advance(job)
-        log_job("job.cancelled", job, reason="cancel asked for before its body started")
-        job_cancelled.send(sender=Job, job=job, actor="system")
+    moved = cancel_waiting(asked, actor="system", why="asked for before its body started")
     return {job.pk for job in moved}
 
 

@@ -321,8 +321,7 @@ def _pick_sql(vendor: str, limit: Limit | None, only: bool, counted: bool) -> st
         count = claim_at_once.chunk_sql("%s", free)
     pick = (
         f"SELECT j.id FROM {TABLE} j WHERE j.queue = %s AND j.task = %s "
-        f"AND j.status IN ('{S.QUEUED}', '{S.RETRYING}') AND j.run_after <= %s "
-        f"AND j.cancel_requested_at IS NULL {'AND j.id = %s' if only else ''} "
+        f"AND {statements.runnable('j')} {'AND j.id = %s' if only else ''} "
         f"{' '.join(rules)} ORDER BY {order} LIMIT {count}"
     )
     if vendor == "postgresql":

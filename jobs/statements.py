@@ -60,6 +60,17 @@ _CTES = {
         f"task_state AS (SELECT paused_at FROM {TASK_STATE_TABLE} WHERE name = %s)"
     ),
 }
+
+
+def runnable(alias: str) -> str:
+    """The condition on ``alias``'s row that makes it a job a claim may take (its one
+    parameter: the latest due time, the clock skew allowed)."""
+    return (
+        f"{alias}.status IN ('{S.QUEUED}', '{S.RETRYING}') AND {alias}.run_after <= %s "
+        f"AND {alias}.cancel_requested_at IS NULL"
+    )
+
+
 _NOT_LIMITED = {
     "postgresql": "AND (SELECT queue FROM target) <> ALL(%s::varchar[])",
     "sqlite": "AND (SELECT queue FROM target) NOT IN (SELECT value FROM json_each(%s))",

@@ -20,14 +20,9 @@ def job_cancel(job_id: int, *, actor: str) -> Job:
     owns the job (deployments) can follow.
     """
     with transaction.atomic():
-        # A workflow's job waiting for its dependencies is cancelled at once, like a queued one.
-        waiting = (S.WAITING, *PENDING)
-        moved = transition(Q(pk=job_id), S.CANCELLED, from_=waiting, reason=JobReason.CANCELLED)
+        moved = cancel_waiting(Q(pk=job_id), actor=actor)
         if moved:
             job = moved[0]
-            _advance(job)
-            log_job("job.cancelled", job, actor=actor)
-            job_cancelled.send(sender=Job, job=job, actor=actor)
         else:
             now = timezone.now()
             rows = update_returning(
@@ -46,6 +41,18 @@ def job_cancel(job_id: int, *, actor: str) -> Job:
             details={"status": job.status},
         )
     return job
+
+
+def cancel_waiting(where: Q, *, actor: str, **fields) -> list[Job]:
+    """Cancel the jobs ``where`` selects that have not started (queued, retrying, or a
+    workflow's waiting for its dependencies), each with its ``job.cancelled`` line (with
+    ``fields``) and ``job_cancelled`` signal, in the caller's transaction; return them."""
+    moved = transition(where, S.CANCELLED, from_=(S.WAITING, *PENDING), reason=JobReason.CANCELLED)
+    for job in moved:
+        _advance(job)
+        log_job("job.cancelled", job, actor=actor, **fields)
+        job_cancelled.send(sender=Job, job=job, actor=actor)
+    return moved
 
 
 def job_retry(job_id: int, *, actor: str) -> Job:
