@@ -338,7 +338,7 @@ def _cancel_asked_for(jobs: list[Job]) -> set[int]:
     """Cancel those of ``jobs`` (just given back, not started) whose cancel was asked for, as
     an operator's cancel of a waiting job does; return their ids."""
     asked = Q(pk__in=[job.pk for job in jobs], cancel_requested_at__isnull=False)
-    moved = cancel_waiting(asked, actor="system", why="asked for before its body started")
+    moved = cancel_waiting(asked, actor="system")
     return {job.pk for job in moved}
 
 

@@ -43,14 +43,14 @@ def job_cancel(job_id: int, *, actor: str) -> Job:
     return job
 
 
-def cancel_waiting(where: Q, *, actor: str, **fields) -> list[Job]:
+def cancel_waiting(where: Q, *, actor: str) -> list[Job]:
     """Cancel the jobs ``where`` selects that have not started (queued, retrying, or a
-    workflow's waiting for its dependencies), each with its ``job.cancelled`` line (with
-    ``fields``) and ``job_cancelled`` signal, in the caller's transaction; return them."""
+    workflow's waiting for its dependencies), each with its ``job.cancelled`` line and
+    ``job_cancelled`` signal, in the caller's transaction; return them."""
     moved = transition(where, S.CANCELLED, from_=(S.WAITING, *PENDING), reason=JobReason.CANCELLED)
     for job in moved:
         _advance(job)
-        log_job("job.cancelled", job, actor=actor, **fields)
+        log_job("job.cancelled", job, actor=actor)
         job_cancelled.send(sender=Job, job=job, actor=actor)
     return moved
 
