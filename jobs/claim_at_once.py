@@ -30,7 +30,7 @@ from functools import cache, partial
 from django.db import connection
 from django.utils import timezone
 
-from jobs import conf, prepared, statements
+from jobs import prepared, statements
 from jobs.models import JobStatus
 
 S = JobStatus
@@ -48,10 +48,6 @@ _DUE = (
     f"SELECT 1 FROM {TABLE} d WHERE d.task = {TASK_STATE_TABLE}.name AND {statements.runnable('d')}"
 )
 _EMPTY = f"SELECT set_config('{QUEUE_SETTING}', '', true)"
-# The claim's UPDATE at the time of the pick's ``clock``: the lease's length, then the worker.
-_SET_RUNNING = statements.SET_RUNNING_AT.format(
-    lease="(SELECT at FROM clock) + %s", at="(SELECT at FROM clock)"
-)
 
 
 @dataclass(frozen=True)
@@ -163,19 +159,17 @@ def _pick_sql(queue_limited: bool, task_limited: bool, key_limited: bool, only: 
         "LIMIT COALESCE((SELECT take FROM n), 0) FOR UPDATE OF j SKIP LOCKED"
     )
     ctes = [
-        # The claim's time, read after the lock: a run that ended while this claim waited
-        # for it ended before this one started (the worker's clock read before the message
-        # left would put the start first). Across hosts this holds as far as their clocks
-        # and the database's agree (NTP); a database clock ahead of the worker's lengthens
-        # the lease by that much.
-        "clock AS MATERIALIZED (SELECT GREATEST(%s::timestamptz, clock_timestamp()) AS at)",
+        # The claim's time (statements.CLOCK), read after the lock: a run that ended while
+        # this claim waited for it ended before this one started.
+        statements.CLOCK,
         f"s AS MATERIALIZED (SELECT {', '.join(state)} FROM {STATE_TABLE} q "
         f"JOIN {TASK_STATE_TABLE} t ON t.name = %s "
         f"WHERE q.name = NULLIF(current_setting('{QUEUE_SETTING}', true), ''))",
         f"a AS MATERIALIZED (SELECT s.*, CASE WHEN s.unpaused THEN {asked} ELSE 0 END AS asked "
         "FROM s)",
         f"n AS MATERIALIZED (SELECT a.*, {take} AS take FROM a)",
-        f"claimed AS ({_SET_RUNNING} WHERE id = ANY(ARRAY({pick})) RETURNING {statements.COLUMNS})",
+        f"claimed AS ({statements.SET_RUNNING_BY_CLOCK} WHERE id = ANY(ARRAY({pick})) "
+        f"RETURNING {statements.COLUMNS})",
     ]
     if queue_limited:  # refused for the queue's slots: the next end rings
         ctes.append(
@@ -206,7 +200,7 @@ def _pick_params(limits, task: str, worker: str, count: int, only: int | None, n
     params.append(task)  # s: the task's state row
     params += [count, count] if queue_limit is not None else [count]  # a: asked
     params += [concurrency, concurrency] if concurrency else []  # n: take
-    params += [conf.get().lease_timeout, worker, task]  # claimed: SET, the pick
+    params += [*statements.running_by_clock_params(worker), task]  # claimed: SET, the pick
     params.append(when(now + statements.CLAIM_CLOCK_SKEW))
     params += [only] if only is not None else []
     params += [key_concurrency] if key_concurrency else []

@@ -119,6 +119,19 @@ SET_RUNNING_AT = (
     "started_at = {at}"
 )
 SET_RUNNING = SET_RUNNING_AT.format(lease="%s", at="%s")
+# On PostgreSQL a claim is stamped with the database's clock as the claim runs, never
+# earlier than the worker's own reading (``CLOCK``'s one parameter): a run that ended before
+# the claim could see the job it released ended before this one started, where the worker's
+# clock, read before the message left, could put the start first. Across hosts this holds
+# as far as their clocks agree (NTP); a database clock ahead of the worker's lengthens the
+# lease by that much. ``SET_RUNNING`` stamps the worker's clock instead: on SQLite, whose
+# writes take turns, and in jobs.limiter's claim, which reads it after its lock (a rate's
+# window counts that same time). ``SET_RUNNING_BY_CLOCK``'s parameters: the lease's length,
+# then the worker.
+CLOCK = "clock AS MATERIALIZED (SELECT GREATEST(%s::timestamptz, clock_timestamp()) AS at)"
+SET_RUNNING_BY_CLOCK = SET_RUNNING_AT.format(
+    lease="(SELECT at FROM clock) + %s", at="(SELECT at FROM clock)"
+)
 
 
 @cache
@@ -132,13 +145,15 @@ def _claim_parts(vendor: str, exact: bool = False, one: bool = False) -> tuple[s
     them until the next ``ANALYZE``; ``id = (…)`` is one row, always the index.
     """
     pick = _PICK.format(exclude=_NOT_LIMITED[vendor], only="AND id = %s" if exact else "")
-    if vendor == "postgresql" and one:
-        where = f"WHERE id = ({pick.strip()} FOR UPDATE SKIP LOCKED)"
-    elif vendor == "postgresql":
-        where = f"WHERE id = ANY(ARRAY({pick.strip()} FOR UPDATE SKIP LOCKED))"
-    else:
+    if vendor != "postgresql":
         where = f"WHERE id IN ({pick.strip()})"
-    return _CTES[vendor], f"{SET_RUNNING.strip()} {where} RETURNING {COLUMNS}"
+        return _CTES[vendor], f"{SET_RUNNING} {where} RETURNING {COLUMNS}"
+    if one:
+        where = f"WHERE id = ({pick.strip()} FOR UPDATE SKIP LOCKED)"
+    else:
+        where = f"WHERE id = ANY(ARRAY({pick.strip()} FOR UPDATE SKIP LOCKED))"
+    ctes = f"{_CTES[vendor]}, {CLOCK}"
+    return ctes, f"{SET_RUNNING_BY_CLOCK} {where} RETURNING {COLUMNS}"
 
 
 @cache
@@ -282,9 +297,19 @@ def running_params(worker: str, now) -> list:
     return [when(now + conf.get().lease_timeout), worker, when(now), when(now)]
 
 
+def running_by_clock_params(worker: str) -> list:
+    """The parameters of ``SET_RUNNING_BY_CLOCK``: the lease's length and the worker."""
+    return [conf.get().lease_timeout, worker]
+
+
 def _claim_params(job_id: int, task: str, worker: str, now, count: int = 1) -> list:
-    due = connection.ops.adapt_datetimefield_value(now + CLAIM_CLOCK_SKEW)
-    return [job_id, task, *running_params(worker, now), task, due, _limited_names(), count]
+    when = connection.ops.adapt_datetimefield_value
+    due = when(now + CLAIM_CLOCK_SKEW)
+    if connection.vendor == "postgresql":  # the CTEs' job and task, CLOCK, then the SET
+        running = [job_id, task, when(now), *running_by_clock_params(worker)]
+    else:
+        running = [job_id, task, *running_params(worker, now)]
+    return [*running, task, due, _limited_names(), count]
 
 
 def _end_params(job: Job, ending: Ending, now) -> list:

@@ -12,6 +12,11 @@ ids) — except a job waiting longer than the longest spacing (32 × grace), sin
 messages may all be another task's — nor for a paused queue (resuming it rings for its
 jobs). Re-sent jobs share messages like any fan-out (jobs.publish).
 
+A candidate whose cancel was asked for is cancelled instead, as an operator's cancel of a
+waiting job is (``job.cancelled``, actor ``sweeper``): no claim takes such a row, so a run
+given back to the queue just as its cancel was asked for would otherwise wait for ever.
+Every way a run ends or is given back cancels it itself; this is the net under all of them.
+
 Both queries read only the columns publishing and logging need (``SWEPT_FIELDS``) from the
 partial indexes on the runnable rows (``status IN ('queued', 'retrying')``). The spacing is
 decided in SQL, one range of ``job_pending_publish_idx`` (``publish_count, published_at``)
@@ -39,6 +44,7 @@ from jobs.models import MAX_BACKOFF_DOUBLINGS, PENDING, Job
 from jobs.publish import SCHEDULE_HORIZON_SECONDS, broker_errors, publish
 from jobs.queues import paused_names
 from jobs.services import log_job
+from jobs.services.operator import cancel_waiting
 
 logger = logging.getLogger("jobs.maintenance")
 BATCH_SIZE = 1000
@@ -57,6 +63,7 @@ SWEPT_FIELDS = (
     "published_at",
     "publish_count",
     "priority",
+    "cancel_requested_at",
 )
 
 
@@ -66,6 +73,7 @@ class SweepResult:
     scheduled: int = 0
     skipped_backlog: int = 0
     skipped_paused: int = 0
+    cancelled: int = 0
 
 
 def _queue_depth(queue: str) -> int | None:
@@ -133,8 +141,13 @@ def sweep() -> SweepResult:
     """Publish overdue unclaimed jobs and soon-due scheduled ones; return the counts."""
     now = timezone.now()
     by_queue: dict[str, list[Job]] = defaultdict(list)
+    asked_to_cancel = []
     for job in _candidates(now):
-        by_queue[job.queue].append(job)
+        if job.cancel_requested_at is not None:
+            asked_to_cancel.append(job.pk)
+        else:
+            by_queue[job.queue].append(job)
+    cancelled = _cancel_asked_for(asked_to_cancel)
     republished = skipped = held = 0
     paused = paused_names()
     paused_tasks = task_states.paused_names()
@@ -165,10 +178,24 @@ def sweep() -> SweepResult:
         republished += publish(jobs)
     scheduled = _publish_coming_due(now)
     result = SweepResult(
-        republished=republished, scheduled=scheduled, skipped_backlog=skipped, skipped_paused=held
+        republished=republished,
+        scheduled=scheduled,
+        skipped_backlog=skipped,
+        skipped_paused=held,
+        cancelled=cancelled,
     )
     logger.info("maintenance.sweeper", extra=vars(result))
     return result
+
+
+def _cancel_asked_for(ids: list[int]) -> int:
+    """Cancel those of the jobs ``ids`` still waiting with a cancel asked for; return how
+    many (a job claimed or moved since it was read is left alone)."""
+    if not ids:
+        return 0
+    with transaction.atomic():
+        where = Q(pk__in=ids, cancel_requested_at__isnull=False)
+        return len(cancel_waiting(where, actor="sweeper"))
 
 
 def _mark_published(jobs: list[Job], now) -> list[Job]:

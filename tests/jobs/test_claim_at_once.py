@@ -255,21 +255,43 @@ def test_the_count_is_read_after_the_lock_so_a_claim_committed_meanwhile_is_coun
     assert TaskState.objects.get(name="jobs.noop").held_at is not None
 
 
+def _in_a_transaction(call):
+    with transaction.atomic():
+        return call()
+
+
+CLAIMS_THAT_WAIT = {
+    # a limited claim in one message, and statement at a time: they wait for the row's lock
+    "at_once": lambda job_id: (
+        claim_at_once.claim(
+            limiter.Plan(limit=Limit(concurrency=1)), job_id, task="jobs.noop", worker="w/1"
+        ).jobs
+    ),
+    "limiter": lambda job_id: _in_a_transaction(
+        lambda: limiter.claim_reading_holds(
+            limiter.Plan(limit=Limit(concurrency=1)), job_id, task="jobs.noop", worker="w/1"
+        )[0]
+    ),
+    # the plain claim reads the row under FOR KEY SHARE: it waits for a pause's FOR UPDATE
+    "plain": lambda job_id: [statements.claim(job_id, task="jobs.noop", worker="w/1")],
+}
+
+
 @pytest.mark.django_db(transaction=True)
-def test_a_claim_that_waited_for_the_lock_starts_after_the_run_that_ended_meanwhile():
-    """The claim's time is read after the lock, not when the worker sent it: a run that ended
-    while the claim waited ended before the claimed run started, and the lease counts from
-    that start."""
+@pytest.mark.parametrize("path", sorted(CLAIMS_THAT_WAIT))
+def test_a_claim_that_waited_for_the_lock_starts_after_the_run_that_ended_meanwhile(path):
+    """The claim's time is the database's as the claim runs, not the worker's when it sent
+    it: a run that ended while the claim waited ended before the claimed run started, and
+    the lease counts from that start."""
     _states()
-    plan = limiter.Plan(limit=Limit(concurrency=1))
     job = services.enqueue("jobs.noop", {})
     ended = {}
     sent = timezone.now()
     claimed = _claim_while_the_task_row_is_held(
-        lambda: claim_at_once.claim(plan, job.pk, task="jobs.noop", worker="w/1"),
+        lambda: CLAIMS_THAT_WAIT[path](job.pk),
         lambda: ended.setdefault("at", timezone.now()),
     )
-    [run] = claimed.jobs
+    [run] = claimed
     assert run.started_at >= ended["at"] > sent + timedelta(milliseconds=500)
     assert run.updated_at == run.started_at
     assert run.lease_expires_at == run.started_at + conf.get().lease_timeout

@@ -180,6 +180,40 @@ def test_the_sweeper_reads_only_the_columns_it_needs_and_still_publishes_each_jo
     assert Job.objects.get(pk=missed.pk).publish_count == 0
 
 
+def test_the_sweeper_cancels_a_waiting_job_whose_cancel_was_asked_for(
+    transactional_db, purge_broker, caplog
+):
+    """No claim takes such a row (a run given back to the queue just as its cancel was asked
+    for): the sweeper cancels it as an operator's cancel of a waiting job would, and rings
+    for it no more."""
+    from jobs.maintenance.sweeper import sweep
+    from jobs.signals import job_cancelled
+    from project.celery import app
+
+    long_ago = timezone.now() - timedelta(minutes=10)
+    stranded = make(S.QUEUED, run_after=long_ago, attempts=1, cancel_requested_at=long_ago)
+    waiting = make(S.QUEUED, run_after=long_ago)
+    signalled = []
+
+    def record(sender, job, actor, **kwargs):
+        signalled.append((job.pk, actor))
+
+    job_cancelled.connect(record)
+    try:
+        result = sweep()
+    finally:
+        job_cancelled.disconnect(record)
+    assert (result.cancelled, result.republished) == (1, 1)
+    row = Job.objects.get(pk=stranded.pk)
+    assert (row.status, row.reason, row.publish_count) == (S.CANCELLED, JobReason.CANCELLED, 0)
+    assert row.finished_at is not None
+    assert Job.objects.get(pk=waiting.pk).publish_count == 1
+    assert signalled == [(stranded.pk, "sweeper")]
+    assert [r.actor for r in caplog.records if r.getMessage() == "job.cancelled"] == ["sweeper"]
+    with app.connection_for_write() as conn:  # the waiting job's doorbell only
+        assert conn.default_channel.queue_declare(queue="default", passive=True).message_count == 1
+
+
 def test_the_sweeper_leaves_a_job_claimed_after_it_was_read(
     transactional_db, purge_broker, monkeypatch
 ):

@@ -1,7 +1,5 @@
 """Workflow fixtures: workers that also know the workflow tests' tasks."""
 
-from datetime import timedelta
-
 import pytest
 from django.db import transaction
 
@@ -38,17 +36,9 @@ def wait_finished(workflow, *, timeout: float = 60) -> list[Job]:
     return wait_until(done, timeout=timeout, message=f"workflow {workflow.pk} to finish")
 
 
-# A plain claim stamps ``started_at`` with the worker's clock as its message leaves, so a
-# claim sent a moment before a dependency's end committed, and run by the server just after
-# it (the first to see the dependant released), records a start up to that message's transit
-# earlier than the end (1.1 ms seen under a full test run). The limited claim stamps the
-# database's clock instead; until the plain one does, its stamps are compared at this grain.
-STAMP_GRAIN = timedelta(milliseconds=100)
-
-
 def assert_order(workflow) -> None:
-    """No dependant started before each of its dependencies had finished (to the grain of
-    the claim's time stamp)."""
+    """No dependant started before each of its dependencies had finished (a claim is stamped
+    with the database's clock as it runs: jobs.statements.CLOCK)."""
     edges = JobDependency.objects.filter(workflow=workflow).select_related(
         "dependant", "dependency"
     )
@@ -59,7 +49,7 @@ def assert_order(workflow) -> None:
             assert dependant.status == JobStatus.CANCELLED
             continue
         assert dependency.finished_at is not None
-        assert dependency.finished_at <= dependant.started_at + STAMP_GRAIN, (
+        assert dependency.finished_at <= dependant.started_at, (
             dependency.pk,
             dependant.pk,
         )
