@@ -229,6 +229,9 @@ class Success:
     started_at: datetime
     finished_at: datetime
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "finished_at", not_before(self.finished_at, self.started_at))
+
 
 @cache
 def _successes_sql() -> str:
@@ -312,8 +315,16 @@ def _claim_params(job_id: int, task: str, worker: str, now, count: int = 1) -> l
     return [*running, task, due, _limited_names(), count]
 
 
+def not_before(moment: datetime, start: datetime | None) -> datetime:
+    """``moment`` (a run's end, by this process's clock), or the run's start if that is later:
+    a claim stamped with the database's clock (``CLOCK``) may be ahead of this process's by
+    their skew, and a run never ends, on record, before it started."""
+    return start if start is not None and moment < start else moment
+
+
 def _end_params(job: Job, ending: Ending, now) -> list:
     when = connection.ops.adapt_datetimefield_value
+    now = not_before(now, job.started_at)
     final = ending.status in (S.SUCCEEDED, S.DEAD, S.CANCELLED)
     expired = when(ending.lease_expired_before)
     error = json.dumps(ending.error) if ending.error is not None else None

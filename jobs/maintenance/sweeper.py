@@ -147,7 +147,6 @@ def sweep() -> SweepResult:
             asked_to_cancel.append(job.pk)
         else:
             by_queue[job.queue].append(job)
-    cancelled = _cancel_asked_for(asked_to_cancel)
     republished = skipped = held = 0
     paused = paused_names()
     paused_tasks = task_states.paused_names()
@@ -177,6 +176,7 @@ def sweep() -> SweepResult:
             log_job("job.swept", job)
         republished += publish(jobs)
     scheduled = _publish_coming_due(now)
+    cancelled = _cancel_asked_for(asked_to_cancel)  # after the re-sends, which it must not stop
     result = SweepResult(
         republished=republished,
         scheduled=scheduled,
@@ -190,12 +190,21 @@ def sweep() -> SweepResult:
 
 def _cancel_asked_for(ids: list[int]) -> int:
     """Cancel those of the jobs ``ids`` still waiting with a cancel asked for; return how
-    many (a job claimed or moved since it was read is left alone)."""
+    many. A job claimed or moved since it was read is left alone, and so is a row another
+    transaction holds (``SKIP LOCKED``, as ``_mark_published``): the next sweep looks again.
+    A failure is logged and leaves them for the next sweep."""
     if not ids:
         return 0
-    with transaction.atomic():
-        where = Q(pk__in=ids, cancel_requested_at__isnull=False)
-        return len(cancel_waiting(where, actor="sweeper"))
+    try:
+        with transaction.atomic():
+            free = Job.objects.select_for_update(skip_locked=True).filter(
+                pk__in=ids, status__in=PENDING, cancel_requested_at__isnull=False
+            )
+            held = list(free.values_list("pk", flat=True))
+            return len(cancel_waiting(Q(pk__in=held), actor="sweeper")) if held else 0
+    except Exception:  # noqa: BLE001 - one bad row must not stop the next sweeps' re-sends
+        logger.exception("sweeper.cancel_failed", extra={"jobs": len(ids)})
+        return 0
 
 
 def _mark_published(jobs: list[Job], now) -> list[Job]:

@@ -214,6 +214,62 @@ def test_the_sweeper_cancels_a_waiting_job_whose_cancel_was_asked_for(
         assert conn.default_channel.queue_declare(queue="default", passive=True).message_count == 1
 
 
+def test_a_failing_cancel_leaves_the_sweepers_re_sends_alone(
+    transactional_db, purge_broker, caplog
+):
+    """A cancel that fails (here a receiver of job_cancelled raising) is logged and left for
+    the next sweep; the lost doorbells of the same sweep still go out."""
+    from jobs.maintenance.sweeper import sweep
+    from jobs.signals import job_cancelled
+
+    long_ago = timezone.now() - timedelta(minutes=10)
+    stranded = make(S.QUEUED, run_after=long_ago, attempts=1, cancel_requested_at=long_ago)
+    lost = make(S.QUEUED, run_after=long_ago)
+
+    def refuse(sender, **kwargs):
+        raise RuntimeError("a receiver that fails")
+
+    job_cancelled.connect(refuse)
+    try:
+        result = sweep()
+    finally:
+        job_cancelled.disconnect(refuse)
+    assert (result.republished, result.cancelled) == (1, 0)
+    assert Job.objects.get(pk=lost.pk).publish_count == 1
+    assert Job.objects.get(pk=stranded.pk).status == S.QUEUED  # rolled back whole
+    assert [r for r in caplog.records if r.getMessage() == "sweeper.cancel_failed"]
+    assert sweep().cancelled == 1
+    assert Job.objects.get(pk=stranded.pk).status == S.CANCELLED
+
+
+def test_the_sweepers_cancel_passes_over_a_row_another_transaction_holds(
+    transactional_db, purge_broker
+):
+    """It does not wait for the row (as the re-sends do not); the next sweep cancels it."""
+    from django.db import connection, connections
+
+    from jobs.maintenance.sweeper import sweep
+
+    long_ago = timezone.now() - timedelta(minutes=10)
+    stranded = make(S.QUEUED, run_after=long_ago, attempts=1, cancel_requested_at=long_ago)
+    holder = connections.create_connection("default")
+    try:
+        holder.set_autocommit(False)
+        with holder.cursor() as cursor:
+            cursor.execute("SELECT 1 FROM jobs_job WHERE id = %s FOR UPDATE", [stranded.pk])
+        with connection.cursor() as cursor:  # a sweep that waited would fail, not hang
+            cursor.execute("SET lock_timeout = '10s'")
+        started = time.monotonic()
+        assert sweep().cancelled == 0
+        assert time.monotonic() - started < 10  # it did not wait for the row
+    finally:
+        holder.rollback()
+        holder.close()
+        with connection.cursor() as cursor:
+            cursor.execute("RESET lock_timeout")
+    assert sweep().cancelled == 1
+
+
 def test_the_sweeper_leaves_a_job_claimed_after_it_was_read(
     transactional_db, purge_broker, monkeypatch
 ):

@@ -167,6 +167,27 @@ def test_an_end_writes_the_outcome_and_appends_the_attempt():
     assert (entry["attempt"], entry["worker"], entry["outcome"]) == (1, WORKER, S.SUCCEEDED)
 
 
+@pytest.mark.parametrize("ending", ["end", "one_success", "successes"])
+def test_a_run_never_ends_on_record_before_its_start_by_the_databases_clock(monkeypatch, ending):
+    """A worker whose clock runs 2 s behind the database's: the claim is stamped with the
+    database's clock (statements.CLOCK), and the end written by the worker's clock is never
+    earlier than that start, on the row or in its history."""
+    real_now = timezone.now
+    monkeypatch.setattr(timezone, "now", lambda: real_now() - timedelta(seconds=2))
+    runs = [claimed(), claimed()] if ending == "successes" else [claimed()]
+    if ending == "end":
+        assert statements.end(runs[0], statements.Ending(status=S.DEAD, last_error="boom"))
+    else:
+        ran = [statements.Success(run, "null", run.started_at, timezone.now()) for run in runs]
+        assert statements.end_successes(ran) == {run.pk for run in runs}
+    for run in runs:
+        row = Job.objects.get(pk=run.pk)
+        assert row.started_at > real_now() - timedelta(seconds=1)  # the database's clock
+        assert row.finished_at >= row.started_at
+        [entry] = row.attempts_history
+        assert entry["finished_at"] >= entry["started_at"]
+
+
 def test_a_retry_with_a_refund_gives_the_attempt_back_and_keeps_the_error():
     run = claimed()
     due = timezone.now() + timedelta(minutes=1)
