@@ -1,6 +1,7 @@
 """Reaper and purge, with fixtures on both sides of every cutoff."""
 
 import time
+from contextlib import contextmanager
 from datetime import timedelta
 
 import pytest
@@ -21,6 +22,29 @@ def make(status, **fields) -> Job:
     now = timezone.now()
     defaults = {"run_after": now, "created_at": now, "updated_at": now}
     return Job.objects.create(task="tests.record", status=status, **{**defaults, **fields})
+
+
+@contextmanager
+def held_by_another_transaction(job_id: int):
+    """Hold the job's row in another transaction meanwhile, and check that nothing in the
+    block waited for it (a statement that did fails after 10 s instead of hanging)."""
+    from django.db import connection, connections
+
+    holder = connections.create_connection("default")
+    try:
+        holder.set_autocommit(False)
+        with holder.cursor() as cursor:
+            cursor.execute("SELECT 1 FROM jobs_job WHERE id = %s FOR UPDATE", [job_id])
+        with connection.cursor() as cursor:
+            cursor.execute("SET lock_timeout = '10s'")
+        started = time.monotonic()
+        yield
+        assert time.monotonic() - started < 10  # nothing waited for the row
+    finally:
+        holder.rollback()
+        holder.close()
+        with connection.cursor() as cursor:
+            cursor.execute("RESET lock_timeout")
 
 
 @pytest.mark.django_db
@@ -246,27 +270,12 @@ def test_the_sweepers_cancel_passes_over_a_row_another_transaction_holds(
     transactional_db, purge_broker
 ):
     """It does not wait for the row (as the re-sends do not); the next sweep cancels it."""
-    from django.db import connection, connections
-
     from jobs.maintenance.sweeper import sweep
 
     long_ago = timezone.now() - timedelta(minutes=10)
     stranded = make(S.QUEUED, run_after=long_ago, attempts=1, cancel_requested_at=long_ago)
-    holder = connections.create_connection("default")
-    try:
-        holder.set_autocommit(False)
-        with holder.cursor() as cursor:
-            cursor.execute("SELECT 1 FROM jobs_job WHERE id = %s FOR UPDATE", [stranded.pk])
-        with connection.cursor() as cursor:  # a sweep that waited would fail, not hang
-            cursor.execute("SET lock_timeout = '10s'")
-        started = time.monotonic()
+    with held_by_another_transaction(stranded.pk):
         assert sweep().cancelled == 0
-        assert time.monotonic() - started < 10  # it did not wait for the row
-    finally:
-        holder.rollback()
-        holder.close()
-        with connection.cursor() as cursor:
-            cursor.execute("RESET lock_timeout")
     assert sweep().cancelled == 1
 
 
@@ -297,27 +306,12 @@ def test_the_sweeper_leaves_a_job_claimed_after_it_was_read(
 def test_the_sweeper_passes_over_a_row_another_transaction_holds(transactional_db, purge_broker):
     """It neither waits for the row (a wait while holding the rows it counted could close a
     circle of waits) nor rings for it; the next sweep, the row free, does."""
-    from django.db import connection, connections
-
     from jobs.maintenance import sweeper
 
     long_ago = timezone.now() - timedelta(minutes=10)
     held, free = make(S.QUEUED, run_after=long_ago), make(S.QUEUED, run_after=long_ago)
-    holder = connections.create_connection("default")
-    try:
-        holder.set_autocommit(False)
-        with holder.cursor() as cursor:
-            cursor.execute("SELECT 1 FROM jobs_job WHERE id = %s FOR UPDATE", [held.pk])
-        with connection.cursor() as cursor:  # a sweep that waited would fail, not hang
-            cursor.execute("SET lock_timeout = '10s'")
-        started = time.monotonic()
+    with held_by_another_transaction(held.pk):
         assert sweeper.sweep().republished == 1
-        assert time.monotonic() - started < 10  # it did not wait for the row
-    finally:
-        holder.rollback()
-        holder.close()
-        with connection.cursor() as cursor:
-            cursor.execute("RESET lock_timeout")
     counts = dict(Job.objects.values_list("pk", "publish_count"))
     assert counts == {held.pk: 0, free.pk: 1}
 
