@@ -92,6 +92,14 @@ class RedisChannel(redis.Channel):
     _kept: tuple[redis_py.ConnectionPool, redis_py.Redis] | None = None
 
     def _create_client(self, asynchronous=False):
+        if self.connection.client is None:
+            # kombu can close a channel after its transport was detached from the connection
+            # (a broker connection lost, then closed): the pool cannot be rebuilt, and the
+            # messages the channel holds cannot be put back (doorbells are re-sent by the
+            # sweeper, others wait in Redis's unacked records). Say so as the connection
+            # error it is, which kombu's close ignores and the worker reconnects from; an
+            # AttributeError from kombu here stopped the worker as "unrecoverable".
+            raise redis_py.ConnectionError("the broker connection is closed")
         if asynchronous:  # the event loop's own client, made once per channel by kombu
             return super()._create_client(asynchronous=True)
         pool, kept = self.pool, self._kept

@@ -180,6 +180,25 @@ def test_a_doorbell_taken_is_put_back_when_its_channel_closes_or_it_is_requeued(
     assert client.llen(queue.name) == 0  # acknowledged: nothing put back at close
 
 
+@pytest.mark.parametrize("doorbell", [True, False])
+def test_a_channel_closed_after_its_transport_was_detached_fails_as_a_lost_connection(
+    queue, doorbell
+):
+    """kombu may close a channel once its connection's transport was detached (a broker
+    connection lost, then closed; a chaos run's worker hit it). The messages it holds cannot
+    be put back: that must be a connection error, which kombu's close ignores and a worker
+    reconnects from, not an AttributeError, which stopped the worker as unrecoverable."""
+    conn = _connection()
+    _publish(conn, queue, {"job": 1}, doorbell=doorbell)
+    _take(conn, queue)  # held, not acknowledged
+    channel = conn.default_channel
+    transport = conn.transport
+    transport.client = None  # as kombu's Connection._do_close_transport leaves it
+    with pytest.raises(redis.ConnectionError):
+        channel.close()
+    conn.maybe_close_channel(channel)  # kombu's own close path: nothing escapes it
+
+
 _DIES_HOLDING = """
 import os, sys
 from kombu import Connection, Exchange, Queue
