@@ -64,7 +64,8 @@ _CTES = {
 
 def runnable(alias: str) -> str:
     """The condition on ``alias``'s row that makes it a job a claim may take (its one
-    parameter: the latest due time, the clock skew allowed)."""
+    parameter: the latest due time, the clock skew allowed): the plain claim's pick, the
+    limited ones' (jobs.limiter, jobs.claim_at_once) and the refusal mark's check."""
     return (
         f"{alias}.status IN ('{S.QUEUED}', '{S.RETRYING}') AND {alias}.run_after <= %s "
         f"AND {alias}.cancel_requested_at IS NULL"
@@ -76,10 +77,8 @@ _NOT_LIMITED = {
     "sqlite": "AND (SELECT queue FROM target) NOT IN (SELECT value FROM json_each(%s))",
 }
 _PICK = f"""
-SELECT id FROM {TABLE}
-WHERE queue = (SELECT queue FROM target) AND task = %s
-    AND status IN ('{S.QUEUED}', '{S.RETRYING}') AND run_after <= %s
-    AND cancel_requested_at IS NULL
+SELECT j.id FROM {TABLE} j
+WHERE j.queue = (SELECT queue FROM target) AND j.task = %s AND {runnable("j")}
     AND NOT EXISTS (SELECT 1 FROM state WHERE paused_at IS NOT NULL)
     AND NOT EXISTS (SELECT 1 FROM task_state WHERE paused_at IS NOT NULL) {{exclude}} {{only}}
 ORDER BY priority DESC, run_after, id
