@@ -128,13 +128,19 @@ class Job(models.Model):
     # A dead job whose work was taken over (its delivery replayed, its deployment retried):
     # no longer a dead letter. Set by jobs.services.job_supersede, cleared by a retry.
     superseded_at = models.DateTimeField(null=True, blank=True)
-    # The workflow it is a node of (jobs.workflows), or None for a job on its own.
+    # The workflow it is a node of (jobs.workflows), or None for a job on its own. No
+    # constraint in the database: a node is written only with its workflow, in the same
+    # transaction (jobs.workflows.build), and the deferred check of every node's key ran at
+    # the enqueue's COMMIT, once per node (a 1,000-member chord's commit: 6–17 ms, against
+    # about 1 ms without). Deletes follow ``on_delete`` in Django and in the purge
+    # (project.batch_delete), not in the database.
     workflow = models.ForeignKey(
         "jobs.Workflow",
         null=True,
         blank=True,
         on_delete=models.SET_NULL,
         related_name="jobs",
+        db_constraint=False,
         db_index=False,  # the partial index below: jobs outside workflows pay nothing
     )
 

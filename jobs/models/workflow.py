@@ -66,15 +66,19 @@ class JobDependency(models.Model):
     ``done`` is written only by the transaction that records the dependency's end (and put
     back by a retry of it): the release check reads the not-done edges of one dependant
     through the partial index, never a counter every member updates. The keys to jobs have
-    no constraint in the database (an edge is written only with its jobs, by
-    jobs.workflows.build, and a constraint's check on each of a 10,000-member chord's edges
-    cost more than the insert): the purge's batch DELETE of finished jobs deletes their edges
-    in the same statement (project.batch_delete follows these CASCADEs), as Django's own
-    delete does.
+    no constraint in the database, nor has the key to the workflow (an edge is written only
+    with its jobs and its workflow, by jobs.workflows.build, and a constraint's check on each
+    of a 10,000-member chord's edges cost more than the insert): the purge's batch DELETE of
+    finished jobs deletes their edges in the same statement (project.batch_delete follows
+    these CASCADEs), as Django's own delete does.
     """
 
     workflow = models.ForeignKey(
-        Workflow, on_delete=models.CASCADE, related_name="edges", db_index=False
+        Workflow,
+        on_delete=models.CASCADE,
+        related_name="edges",
+        db_constraint=False,
+        db_index=False,
     )
     # Their own indexes would repeat the leading columns of the two below.
     dependant = models.ForeignKey(

@@ -194,3 +194,24 @@ def test_purging_a_workflows_jobs_deletes_their_edges_then_its_row_and_keeps_the
     assert list(Workflow.objects.values_list("pk", flat=True)) == [kept.pk]
     assert JobDependency.objects.filter(workflow=kept).count() == 1
     assert Job.objects.filter(workflow=kept).count() == 2
+
+
+def test_a_workflows_keys_are_checked_by_nothing_at_commit_and_deletes_still_follow_them():
+    """No constraint on a node's or an edge's key: the enqueue's commit would check it once
+    per row. Django's delete of a workflow still deletes its edges and frees its nodes."""
+    from django.db import connection
+
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT conrelid::regclass::text FROM pg_constraint WHERE contype = 'f' "
+                "AND confrelid = 'jobs_workflow'::regclass"
+            )
+            assert cursor.fetchall() == []
+    flow = enqueue(workflows.chord(["tests.wf.add", "tests.wf.add"], "tests.wf.collect"))
+    nodes = _nodes(flow)
+    assert JobDependency.objects.filter(workflow=flow).count() == 2
+
+    Workflow.objects.filter(pk=flow.pk).delete()
+    assert not JobDependency.objects.filter(workflow_id=flow.pk).exists()
+    assert Job.objects.filter(pk__in=[job.pk for job in nodes], workflow=None).count() == 3
