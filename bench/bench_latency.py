@@ -1,7 +1,7 @@
 """Pickup latency at idle: commit → body start for a Conveyor job, ``delay()`` → start raw.
 
-One idle worker (prefork × 2, prefetch 1, acks late), one sample at a time, the two sides
-alternating (and which goes first alternating too), ``BENCH_SAMPLES`` each (200, or 50 with
+One idle worker (prefork × 2, prefetch 1, acks late), one sample at a time, the three sides
+taking turns (the order rotating from one turn to the next), ``BENCH_SAMPLES`` each (200, or 50 with
 ``BENCH_QUICK=1``), ``BENCH_SPACING`` seconds apart (0.1) so the worker is idle each time.
 
 * ``conveyor``: ``services.enqueue("bench.job_stamp")`` in ``transaction.atomic()``; the
@@ -9,14 +9,24 @@ alternating (and which goes first alternating too), ``BENCH_SAMPLES`` each (200,
   the ``time.time()`` the body pushes to Redis (after the claim UPDATE); ``caller`` is the
   part the caller waits for (the commit and the publish);
 * ``raw``: the clock starts just before ``bench.raw_stamp.delay()``; the task body pushes
-  ``time.time()`` the same way.
+  ``time.time()`` the same way;
+* ``floor``: the least any job kept in the database does, in raw Celery: the caller inserts
+  a row of ``bench_floor`` in a transaction, the clock starts just before it commits, then
+  ``bench.raw_claim_stamp.delay()``; the task claims the row (one single-row ``UPDATE``, its
+  own commit) and pushes ``time.time()``. Its two commits are the ones a durable job cannot
+  skip: the caller's, so the job exists, and the claim's, so a second worker cannot run it.
+
+Ratios: ``conveyor_vs_raw`` (the target: at most 1.5× at p50), ``floor_vs_raw`` (what those
+two commits cost by themselves on this machine) and ``conveyor_vs_floor``.
 """
 
+import json
 import os
 import time
 import uuid
 
 from bench import harness
+from bench.bench_jobs import create_floor_table
 
 SAMPLES = int(os.environ.get("BENCH_SAMPLES") or (50 if harness.QUICK else 200))
 SPACING = float(os.environ.get("BENCH_SPACING") or 0.1)
@@ -41,6 +51,23 @@ def sample_raw(key: str) -> tuple[float, float]:
     return started, time.time()
 
 
+def sample_floor(key: str) -> tuple[float, float]:
+    from django.db import connection, transaction
+
+    from bench.tasks import FLOOR_TABLE, raw_claim_stamp
+
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"INSERT INTO {FLOOR_TABLE} (status, payload) VALUES ('queued', %s) RETURNING id",
+                [json.dumps({"key": key})],
+            )
+            row_id = cursor.fetchone()[0]
+        started = time.time()
+    raw_claim_stamp.delay(row_id, key)  # after the commit, as a publish on commit is
+    return started, time.time()
+
+
 def measure(start, key: str) -> tuple[float, float]:
     """Return (start → body start, start → the caller's call returned) in milliseconds."""
     from bench.tasks import counter
@@ -59,7 +86,8 @@ def main() -> dict:
     import bench.tasks  # noqa: F401 - registers the benchmark's tasks with this process's app
 
     harness.purge("default")
-    sides = {"raw": sample_raw, "conveyor": sample_conveyor}
+    create_floor_table()
+    sides = {"raw": sample_raw, "floor": sample_floor, "conveyor": sample_conveyor}
     found: dict[str, list[float]] = {name: [] for name in sides}
     caller: dict[str, list[float]] = {name: [] for name in sides}
     worker = harness.start_worker(env, concurrency=2)
@@ -83,9 +111,10 @@ def main() -> dict:
         # how much of it the caller waits for: Conveyor's commit + publish, raw's delay()
         results[f"{name}_caller_p50_ms"] = round(harness.percentile(caller[name], 50), 2)
     for q in ("p50", "p99"):
-        results[f"conveyor_vs_raw_{q}"] = round(
-            results[f"conveyor_{q}_ms"] / results[f"raw_{q}_ms"], 2
-        )
+        for name, baseline in (("conveyor", "raw"), ("floor", "raw"), ("conveyor", "floor")):
+            results[f"{name}_vs_{baseline}_{q}"] = round(
+                results[f"{name}_{q}_ms"] / results[f"{baseline}_{q}_ms"], 2
+            )
     harness.record("latency", results)
     return results
 

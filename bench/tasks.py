@@ -6,7 +6,8 @@
 * ``bench.limited_noop``: ``jobs.noop`` with a global concurrency limit no run reaches (1,000):
   what the limited claim costs when it holds nothing back;
 * ``bench.raw_stamp`` / ``bench.job_stamp``: push ``time.time()`` at body start to a Redis
-  list, for pickup latency.
+  list, for pickup latency; ``bench.raw_claim_stamp`` the same after claiming a
+  ``bench_floor`` row: the floor of a durable job's pickup.
 
 Each raw task counts itself with ``bench.counting`` (which also stamps ``bench:last``, the
 time it finished, and ``bench:ready`` when the worker is ready), as the baselines' no-ops do.
@@ -50,6 +51,24 @@ def raw_two_updates(row_id: int) -> None:
                 [row_id, worker],
             )
     count("bench:raw_two_updates")
+
+
+@shared_task(name="bench.raw_claim_stamp", ignore_result=True, acks_late=True)
+def raw_claim_stamp(row_id: int, key: str) -> None:
+    """Claim one ``bench_floor`` row (one single-row UPDATE, its own commit), then push
+    ``time.time()``: the least a job recorded in the database does before its body starts."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {FLOOR_TABLE} SET status = 'running', attempts = attempts + 1, "
+            "locked_by = %s, started_at = now() WHERE id = %s AND status = 'queued' "
+            "RETURNING id",
+            [f"bench/{os.getpid()}", row_id],
+        )
+        claimed = cursor.fetchone() is not None
+    if claimed:
+        counter().rpush(key, repr(time.time()))
 
 
 @shared_task(name="bench.raw_stamp", ignore_result=True, acks_late=True)
