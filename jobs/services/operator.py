@@ -56,7 +56,8 @@ def cancel_waiting(where: Q, *, actor: str) -> list[Job]:
 
 
 def job_retry(job_id: int, *, actor: str) -> Job:
-    """Give a dead or cancelled job a fresh attempt budget and queue it again."""
+    """Give a dead or cancelled job a fresh attempt budget and queue it again (a workflow's
+    node cancelled before its dependencies ended waits for them again: jobs.workflows.retry)."""
     now = timezone.now()
     try:
         return _retry(job_id, actor=actor, now=now)
@@ -70,11 +71,15 @@ def job_retry(job_id: int, *, actor: str) -> Job:
 
 
 def _retry(job_id: int, *, actor: str, now) -> Job:
+    from jobs.workflows.retry import retried, retry_state
+
     with transaction.atomic():
+        # A workflow's node cancelled before its dependencies ended waits for them again.
+        to = retry_state(job_id)
         moved = transition(
             Q(pk=job_id),
-            S.QUEUED,
-            from_=(S.DEAD, S.CANCELLED),  # not a workflow's job waiting for its dependencies
+            to,
+            from_=(S.DEAD, S.CANCELLED) if to == S.QUEUED else (S.CANCELLED,),
             attempts=0,
             run_after=now,
             finished_at=None,
@@ -87,11 +92,7 @@ def _retry(job_id: int, *, actor: str, now) -> Job:
         )
         if not moved:
             raise _not_found_or_illegal(job_id, "retry")
-        job = moved[0]
-        if job.workflow_id is not None:  # what it held back waits for it again
-            from jobs.workflows.release import resume
-
-            resume(job)
+        job = retried(moved[0])  # a workflow's node: its inputs, its dependants
         AuditLog.objects.create(
             actor=actor,
             action="job.retry",
@@ -100,7 +101,8 @@ def _retry(job_id: int, *, actor: str, now) -> Job:
             details={"task": job.task, "previous_error": job.last_error[:1000]},
         )
         log_job("job.retried", job, actor=actor)
-        publish_on_commit([job])
+        if job.status == S.QUEUED:
+            publish_on_commit([job])
     return job
 
 

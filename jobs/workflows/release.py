@@ -33,13 +33,11 @@ miss. And at most one can release it: the second to lock sees D no longer ``wait
 it anyway. Nothing polls; nothing is decided outside a transaction that records an end.
 
 The released job's payload gets its dependencies' outcomes, in the order the workflow
-declared them, computed in that same transaction: ``"members"``: a list of ``{job_id, task,
-status, reason, result, error}``, and ``"previous"``: the result of its one dependency when
-it has exactly one (a chain's step).
+declared them, computed in that same transaction (``with_inputs``): ``"members"``: a list of
+``{job_id, task, status, reason, result, error}``, and ``"previous"``: the result of its one
+dependency when it has exactly one (a chain's step).
 
-``resume(job)`` undoes a failure's consequences when an operator retries a dead or cancelled
-node: its edges go back to not done for the dependants still waiting, and the dependants
-cancelled because of it (reason ``upstream``) wait again, theirs with them.
+What an operator's retry of a node does to its workflow is jobs.workflows.retry.
 """
 
 import json
@@ -258,10 +256,7 @@ def _decide(dependant: int, payload=ASK) -> Job | None:
         return _cancel(dependant, JobReason.UPSTREAM, why)
     if condition == Condition.FAILURE and not failed:
         return _cancel(dependant, JobReason.CANCELLED, "not needed: every dependency succeeded")
-    payload = _loads(payload)
-    payload[MEMBERS_KEY] = members
-    if len(members) == 1:
-        payload[PREVIOUS_KEY] = members[0]["result"]
+    payload = with_inputs(payload, members)
     now = timezone.now()
     moved = transition(
         Q(pk=dependant),
@@ -277,6 +272,16 @@ def _decide(dependant: int, payload=ASK) -> Job | None:
         log_job("workflow.released", moved[0], workflow=moved[0].workflow_id)
         return moved[0]
     return None
+
+
+def with_inputs(payload, members: list[dict]) -> dict:
+    """``payload`` with its dependencies' outcomes: ``"members"``, and ``"previous"`` when
+    there is one dependency."""
+    payload = _loads(payload)
+    payload[MEMBERS_KEY] = members
+    if len(members) == 1:
+        payload[PREVIOUS_KEY] = members[0]["result"]
+    return payload
 
 
 def inputs_of(dependant: int) -> tuple[str, list[dict]]:
@@ -312,42 +317,6 @@ def _cancel(dependant: int, reason: JobReason, why: str) -> Job | None:
         log_job("workflow.cancelled_dependant", moved[0], reason=reason, error=why)
         return moved[0]
     return None
-
-
-def resume(job: Job) -> int:
-    """``job`` was retried (inside that transaction): let what it held back wait for it again.
-
-    Its edges to dependants still waiting go back to not done; dependants cancelled because
-    of it (reason ``upstream``) wait again, and so on downstream. A dependant that already
-    ran (a callback under an "on complete" condition) is left as it is. Return how many
-    dependants wait again.
-    """
-    if job.workflow_id is None:
-        return 0
-    restored = 0
-    todo = [job.pk]
-    while todo:
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"UPDATE {EDGES} SET done = false WHERE dependency_id = %s AND done "
-                f"AND dependant_id IN (SELECT id FROM {JOBS} WHERE status = %s "
-                "OR (status = %s AND reason = %s)) RETURNING dependant_id",
-                [todo.pop(), S.WAITING, S.CANCELLED, JobReason.UPSTREAM],
-            )
-            dependants = sorted({row[0] for row in cursor.fetchall()})
-        for dependant in dependants:
-            moved = transition(
-                Q(pk=dependant, reason=JobReason.UPSTREAM),
-                S.WAITING,
-                from_=[S.CANCELLED],
-                reason="",
-                last_error="",
-                finished_at=None,
-            )
-            if moved:
-                restored += 1
-                todo.append(dependant)
-    return restored
 
 
 def _loads(value):

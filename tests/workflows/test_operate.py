@@ -62,6 +62,57 @@ def test_a_cancelled_member_counts_as_ended_for_an_on_complete_callback():
     assert [m["status"] for m in callback.payload["members"]] == ["succeeded", "cancelled"]
 
 
+def test_a_step_cancelled_while_its_dependency_runs_waits_for_it_again_when_retried():
+    flow = enqueue(workflows.chain("tests.wf.add", "tests.wf.add", "tests.wf.add"))
+    first, second, third = _nodes(flow)
+    running = services.job_claim(first.pk, worker="hand/1")
+    services.job_cancel(second.pk, actor="op")
+    third.refresh_from_db()
+    assert (third.status, third.reason) == (S.CANCELLED, JobReason.UPSTREAM)
+
+    retried = services.job_retry(second.pk, actor="op")
+    assert retried.status == S.WAITING  # not queued: its dependency has not ended
+    third.refresh_from_db()
+    assert third.status == S.WAITING
+
+    completer.finish(outcome.Decision(S.SUCCEEDED, result="7"), running)
+    second.refresh_from_db()
+    assert second.status == S.QUEUED and second.payload["previous"] == 7
+
+
+def test_a_step_retried_after_its_dependency_ended_runs_with_that_outcome():
+    flow = enqueue(workflows.chain("tests.wf.add", "tests.wf.add"))
+    first, second = _nodes(flow)
+    _die(first)
+    second.refresh_from_db()
+    assert (second.status, second.reason) == (S.CANCELLED, JobReason.UPSTREAM)
+
+    retried = services.job_retry(second.pk, actor="op")  # the operator asks it to run anyway
+    assert retried.status == S.QUEUED
+    second.refresh_from_db()
+    assert [m["status"] for m in second.payload["members"]] == [S.DEAD]
+    assert "previous" in second.payload and second.payload["previous"] is None
+
+
+def test_in_a_workflow_cancelled_as_a_whole_a_retried_job_runs_alone():
+    flow = workflows.graph()
+    first = flow.add("tests.wf.add", key="first")
+    flow.add("tests.wf.add", key="second", depends_on=[first])
+    flow.add("tests.wf.add", key="alone")
+    flow = enqueue(flow)
+    nodes = _nodes(flow)
+    (second,) = [job for job in nodes if job.status == S.WAITING]
+    first, alone = [job for job in nodes if job.status == S.QUEUED]
+    assert services.job_claim(alone.pk, worker="hand/1") is not None
+    _die(first)
+    workflows.workflow_cancel(flow.pk, actor="op")  # the running one is asked to stop
+
+    assert services.job_retry(first.pk, actor="op").status == S.QUEUED
+    second.refresh_from_db()
+    assert (second.status, second.reason) == (S.CANCELLED, JobReason.UPSTREAM)  # not again
+    assert services.job_retry(second.pk, actor="op").status == S.QUEUED
+
+
 def test_a_waiting_job_cannot_be_retried_into_the_queue_but_can_be_cancelled():
     flow = enqueue(workflows.chain("tests.wf.add", "tests.wf.add"))
     _, second = _nodes(flow)

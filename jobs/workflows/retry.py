@@ -1,0 +1,95 @@
+"""What an operator's retry of a workflow's node does to the node and to its workflow.
+
+``retry_state(job_id)`` locks the node's row, then says where the retry puts it: back to
+``waiting`` when it was cancelled while a dependency of it had not ended yet (it runs once
+that dependency has, released as any dependant is, with its outcomes), else ``queued``.
+Taking the row lock first is what keeps that answer true: a worker ending the dependency
+locks this row before it asks whether the node is ready, so it either ended before the
+lock (its edge is done, and seen here) or waits for this transaction and finds the node
+``waiting``.
+
+Once the node has moved, ``retried(job)``
+
+* gives a queued node its dependencies' outcomes as they are now (``"members"``,
+  ``"previous"``), as a release would, whatever its condition says (the operator asked for it
+  to run);
+* lets what the node held back wait for it again (``resume``): its edges go back to not done
+  for the dependants still waiting, and the dependants cancelled because of it (reason
+  ``upstream``) wait again, theirs with them.
+
+In a workflow cancelled as a whole the node runs alone, as it stands: it does not wait, and
+nothing downstream waits for it again (those were cancelled with the workflow).
+"""
+
+from django.db import connection
+from django.db.models import Q
+
+from jobs.models import Job, JobDependency, JobReason, JobStatus, Workflow
+from jobs.transitions import transition
+from jobs.workflows.release import EDGES, JOBS, inputs_of, with_inputs
+
+S = JobStatus
+
+
+def retry_state(job_id: int) -> str:
+    """Lock ``job_id``'s row; return the state a retry moves it to (inside that transaction)."""
+    row = (
+        Job.objects.select_for_update(no_key=True)
+        .filter(pk=job_id)
+        .values_list("workflow_id", "status")
+        .first()
+    )
+    if row is None or row[0] is None or row[1] != S.CANCELLED or _cancelled(row[0]):
+        return S.QUEUED
+    waits = JobDependency.objects.filter(dependant_id=job_id, done=False).exists()
+    return S.WAITING if waits else S.QUEUED
+
+
+def retried(job: Job) -> Job:
+    """``job`` was just moved by a retry (inside that transaction): give it its inputs if it
+    is queued, let its dependants wait for it again; return it as it is now."""
+    if job.workflow_id is None or _cancelled(job.workflow_id):
+        return job
+    if job.status == S.QUEUED:
+        _, members = inputs_of(job.pk)
+        if members:
+            job.payload = with_inputs(job.payload, members)
+            Job.objects.filter(pk=job.pk).update(payload=job.payload)
+    resume(job)
+    return job
+
+
+def resume(job: Job) -> int:
+    """Let what ``job`` held back wait for it again; return how many dependants wait again.
+
+    A dependant that already ran (a callback under an "on complete" condition) is left as it
+    is.
+    """
+    restored = 0
+    todo = [job.pk]
+    while todo:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {EDGES} SET done = false WHERE dependency_id = %s AND done "
+                f"AND dependant_id IN (SELECT id FROM {JOBS} WHERE status = %s "
+                "OR (status = %s AND reason = %s)) RETURNING dependant_id",
+                [todo.pop(), S.WAITING, S.CANCELLED, JobReason.UPSTREAM],
+            )
+            dependants = sorted({row[0] for row in cursor.fetchall()})
+        for dependant in dependants:
+            moved = transition(
+                Q(pk=dependant, reason=JobReason.UPSTREAM),
+                S.WAITING,
+                from_=[S.CANCELLED],
+                reason="",
+                last_error="",
+                finished_at=None,
+            )
+            if moved:
+                restored += 1
+                todo.append(dependant)
+    return restored
+
+
+def _cancelled(workflow_id: int) -> bool:
+    return Workflow.objects.filter(pk=workflow_id, cancelled_at__isnull=False).exists()
