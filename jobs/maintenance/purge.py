@@ -8,11 +8,12 @@ between statements, each batch starting where the last one ended, until a batch 
 short (``project.batch_delete``: one ``DELETE … WHERE <filter> AND id IN (SELECT …
 ORDER BY finished_at LIMIT 1000)`` per batch; a job being retried meanwhile is kept;
 rows pointing at a deleted job are handled in the same statement, as their foreign key's
-``on_delete`` says, e.g. a webhook delivery's link to its job is set to NULL).
+``on_delete`` says, e.g. a webhook delivery's link to its job is set to NULL, a workflow's
+edges to it deleted). A workflow's job is kept while a job depending on it still waits.
 django-celery-results rows past ``CELERY_RESULT_EXPIRES`` go too, the same way on their date
 index, the state rows of task limit keys that have not started a job for a day
 (jobs.limits), and workflows older than the completed retention none of whose jobs is left
-(with any edge still left of them). API idempotency keys have a purge of their own
+(their edges went with their jobs). API idempotency keys have a purge of their own
 (project.access.purge).
 
 Runs every ``CONVEYOR_PURGE_INTERVAL`` (default 1h). Logs one ``maintenance.purge`` line.
@@ -23,15 +24,16 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from django.conf import settings
-from django.db.models import Exists, OuterRef
+from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 from django_celery_results.models import TaskResult
 
 from jobs import conf
-from jobs.models import Job, JobStatus, LimitKeyState, Workflow
+from jobs.models import Job, JobDependency, JobStatus, LimitKeyState, Workflow
 from project.batch_delete import BATCH_SIZE, delete_in_batches
 
 logger = logging.getLogger("jobs.maintenance")
+S = JobStatus
 LIMIT_KEY_RETENTION = timedelta(days=1)
 
 
@@ -83,9 +85,18 @@ def purge(batch_size: int = BATCH_SIZE) -> PurgeResult:
 
 
 def _purge_jobs(status: str, cutoff, batch_size: int) -> int:
-    """Delete the jobs of one final ``status`` finished before ``cutoff``, oldest first."""
+    """Delete the jobs of one final ``status`` finished before ``cutoff``, oldest first.
+
+    A workflow's job is kept while a job that depends on it still waits: the outcome it
+    left decides that dependant's fate and goes into its payload when it is released.
+    """
+    waited_for = Exists(
+        JobDependency.objects.filter(dependency=OuterRef("pk"), dependant__status=S.WAITING)
+    )
     return delete_in_batches(
-        Job.objects.filter(status=status, finished_at__lt=cutoff),
+        Job.objects.filter(status=status, finished_at__lt=cutoff).exclude(
+            Q(workflow__isnull=False) & waited_for
+        ),
         order_by="finished_at",
         batch_size=batch_size,
     )

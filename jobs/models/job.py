@@ -90,6 +90,9 @@ class JobReason(models.TextChoices):
     # Cancelled: a workflow's job whose dependencies did not end as it requires (a
     # dependency died under the "fail" rule); waits again if that dependency is retried.
     UPSTREAM = "upstream", "A dependency did not succeed"
+    # Cancelled: a workflow's callback whose condition did not hold though nothing failed
+    # (an "on failure" callback when every dependency succeeded): not a failure.
+    NOT_NEEDED = "not_needed", "Not needed"
 
 
 class Job(models.Model):

@@ -73,9 +73,12 @@ class JobDependency(models.Model):
     these CASCADEs), as Django's own delete does.
     """
 
+    # Nothing done on the workflow's delete: an edge goes with its jobs (the keys above), and
+    # a workflow is purged only once none of its jobs is left, so a cascade here would only
+    # search the whole table (no index on this column) for edges that cannot be there.
     workflow = models.ForeignKey(
         Workflow,
-        on_delete=models.CASCADE,
+        on_delete=models.DO_NOTHING,
         related_name="edges",
         db_constraint=False,
         db_index=False,

@@ -15,6 +15,7 @@ from django.urls import path, reverse
 from django.utils.html import format_html
 from django.utils.safestring import mark_safe
 
+from jobs.errors import IllegalTransition
 from jobs.models import Workflow
 from jobs.workflows.drawing import svg
 from jobs.workflows.state import counts_of, nodes_of, status_of, workflow_cancel
@@ -101,8 +102,12 @@ class WorkflowAdmin(ReadOnlyModelAdmin):
         if not allowed(request.user, "workflow.cancel"):
             raise PermissionDenied
         workflow = self._workflow(object_id)
-        workflow_cancel(workflow.pk, actor=request.user.get_username())
-        self.message_user(request, f"Cancelled workflow {workflow.pk}.", messages.SUCCESS)
+        try:
+            workflow_cancel(workflow.pk, actor=request.user.get_username())
+        except IllegalTransition as exc:  # it ended meanwhile (a second click, a stale page)
+            self.message_user(request, str(exc), messages.WARNING)
+        else:
+            self.message_user(request, f"Cancelled workflow {workflow.pk}.", messages.SUCCESS)
         return redirect("admin:jobs_workflow_change", workflow.pk)
 
     def _workflow(self, object_id) -> Workflow:

@@ -38,6 +38,8 @@ def layers_of(jobs: list[Job], edges: list[tuple[int, int, bool]]) -> dict[int, 
 
 def svg(jobs: list[Job], edges: list[tuple[int, int, bool]]) -> str:
     """The graph as one ``<svg>`` element (markup already escaped)."""
+    if not jobs:  # every job of it was purged (or deleted)
+        return _open(2 * GAP_X + WIDTH, HEIGHT) + "</svg>"
     depth = layers_of(jobs, edges)
     by_layer: dict[int, list[Job]] = defaultdict(list)
     for job in jobs:

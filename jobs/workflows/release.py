@@ -255,7 +255,7 @@ def _decide(dependant: int, payload=ASK) -> Job | None:
         why = f"dependency job {first['job_id']} ({first['task']}) ended {first['status']}"
         return _cancel(dependant, JobReason.UPSTREAM, why)
     if condition == Condition.FAILURE and not failed:
-        return _cancel(dependant, JobReason.CANCELLED, "not needed: every dependency succeeded")
+        return _cancel(dependant, JobReason.NOT_NEEDED, "not needed: every dependency succeeded")
     payload = with_inputs(payload, members)
     now = timezone.now()
     moved = transition(

@@ -28,6 +28,8 @@ class WorkflowStatus:
     SUCCEEDED = "succeeded"  # every node succeeded
     FAILED = "failed"  # every node ended, and some did not succeed
     CANCELLED = "cancelled"  # cancelled as a whole (jobs.workflows.workflow_cancel)
+    # Every node left has succeeded, but some were purged: whether they had is not known.
+    PURGED = "purged"
 
 
 class WorkflowNotFound(JobNotFound):
@@ -41,22 +43,41 @@ def counts_of(workflow: Workflow) -> dict[str, int]:
 
 
 def status_of(workflow: Workflow, counts: dict[str, int] | None = None) -> str:
+    """``workflow``'s status from its nodes' ``counts`` (``counts_of``). A callback cancelled
+    as not needed (its condition did not hold, nothing failed) is no failure."""
     counts = counts_of(workflow) if counts is None else counts
     unfinished = sum(n for status, n in counts.items() if status not in FINISHED)
     if workflow.cancelled_at is not None:
         return WorkflowStatus.CANCELLED if not unfinished else WorkflowStatus.RUNNING
     if unfinished:
         return WorkflowStatus.RUNNING
-    if sum(counts.values()) == counts.get(S.SUCCEEDED, 0):
-        return WorkflowStatus.SUCCEEDED
-    return WorkflowStatus.FAILED
+    if counts.get(S.DEAD) or (counts.get(S.CANCELLED) and _cancelled_by_failure(workflow)):
+        return WorkflowStatus.FAILED
+    if sum(counts.values()) < workflow.node_count:
+        return WorkflowStatus.PURGED
+    return WorkflowStatus.SUCCEEDED
+
+
+def _cancelled_by_failure(workflow: Workflow) -> bool:
+    return (
+        Job.objects.filter(workflow=workflow, status=S.CANCELLED)
+        .exclude(reason=JobReason.NOT_NEEDED)
+        .exists()
+    )
+
+
+# What the console's page of a workflow shows of each node: not its payload, result or
+# history, which a 20,000-node workflow would load in full.
+NODE_FIELDS = ("id", "task", "status", "reason", "attempts", "max_attempts")
+NODE_FIELDS += ("started_at", "finished_at", "workflow_id")
 
 
 def nodes_of(workflow: Workflow) -> tuple[list[Job], list[tuple[int, int, bool]]]:
-    """Return the workflow's jobs (oldest first) and its edges ``(dependant, dependency, done)``."""
-    jobs = list(Job.objects.filter(workflow=workflow).order_by("id"))
+    """Return the workflow's jobs (oldest first, ``NODE_FIELDS`` only) and its edges
+    ``(dependant, dependency, done)``, found through its jobs (the index on each)."""
+    jobs = list(Job.objects.filter(workflow=workflow).order_by("id").only(*NODE_FIELDS))
     edges = list(
-        JobDependency.objects.filter(workflow=workflow)
+        JobDependency.objects.filter(dependant__workflow=workflow)
         .order_by("id")
         .values_list("dependant_id", "dependency_id", "done")
     )
@@ -104,7 +125,7 @@ def workflow_cancel(workflow_id: int, *, actor: str) -> Workflow:
             workflow.save(update_fields=["cancelled_at"])
         # Every node not running is cancelled now: their edges are done, nothing is left
         # waiting to release (one UPDATE, not one advance per node).
-        JobDependency.objects.filter(workflow_id=workflow_id, done=False).exclude(
+        JobDependency.objects.filter(dependant__workflow_id=workflow_id, done=False).exclude(
             dependency__status=S.RUNNING
         ).update(done=True)
         AuditLog.objects.create(

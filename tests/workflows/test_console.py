@@ -64,3 +64,16 @@ def test_cancel_from_the_console_needs_cancel_job():
     statuses = set(Job.objects.filter(workflow=flow).values_list("status", flat=True))
     assert statuses == {S.SUCCEEDED, S.CANCELLED}
     assert client.get("/admin/jobs/workflow/999999/change/").status_code == 404
+
+
+def test_a_second_cancel_and_a_workflow_whose_jobs_were_purged_answer_pages_not_errors():
+    flow = _diamond()
+    client = _client("view_job", "cancel_job")
+    url = f"/admin/jobs/workflow/{flow.pk}/cancel/"
+    assert client.post(url).status_code == 302
+    again = client.post(url, follow=True)  # a double click: nothing left to cancel
+    assert again.status_code == 200 and "nothing left to cancel" in again.content.decode()
+
+    Job.objects.filter(workflow=flow).delete()  # as the purge would, one status at a time
+    page = client.get(f"/admin/jobs/workflow/{flow.pk}/change/")
+    assert page.status_code == 200 and 'class="workflow-graph"' in page.content.decode()

@@ -263,6 +263,45 @@ def test_a_workflows_keys_are_checked_by_nothing_at_commit_and_deletes_still_fol
     nodes = _nodes(flow)
     assert JobDependency.objects.filter(workflow=flow).count() == 2
 
-    Workflow.objects.filter(pk=flow.pk).delete()
-    assert not JobDependency.objects.filter(workflow_id=flow.pk).exists()
+    Workflow.objects.filter(pk=flow.pk).delete()  # its jobs let go of it; edges stay theirs
     assert Job.objects.filter(pk__in=[job.pk for job in nodes], workflow=None).count() == 3
+    Job.objects.filter(pk__in=[job.pk for job in nodes]).delete()
+    assert not JobDependency.objects.filter(workflow_id=flow.pk).exists()
+
+
+def test_the_purge_keeps_a_finished_member_while_its_callback_waits():
+    """Its outcome still decides the callback: a purged failure would turn "failed" into
+    "succeeded" for the callback's condition."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from jobs.maintenance.purge import purge
+
+    flow = enqueue(workflows.batch(["tests.wf.add", "tests.wf.add"], on_failure="tests.wf.collect"))
+    first, second, on_failure = _nodes(flow)
+    services.job_cancel(first.pk, actor="op")
+    Job.objects.filter(pk=first.pk).update(finished_at=timezone.now() - timedelta(days=30))
+    assert purge().completed == 0
+    _succeed(second)
+    on_failure.refresh_from_db()
+    assert on_failure.status == S.QUEUED
+    assert [m["status"] for m in on_failure.payload["members"]] == [S.CANCELLED, S.SUCCEEDED]
+    assert purge().completed == 1  # its dependant no longer waits
+
+
+def test_a_batch_that_succeeded_is_succeeded_though_its_on_failure_callback_was_not_needed():
+    flow = enqueue(
+        workflows.batch(
+            ["tests.wf.add"], on_success="tests.wf.collect", on_failure="tests.wf.collect"
+        )
+    )
+    member, on_success, on_failure = _nodes(flow)
+    _succeed(member)
+    on_failure.refresh_from_db()
+    assert (on_failure.status, on_failure.reason) == (S.CANCELLED, JobReason.NOT_NEEDED)
+    _succeed(Job.objects.get(pk=on_success.pk))
+    flow.refresh_from_db()
+    assert workflows.status_of(flow) == "succeeded"
+    Job.objects.filter(pk=member.pk).delete()  # one of its jobs purged: no longer known
+    assert workflows.status_of(flow) == "purged"
