@@ -3,6 +3,7 @@
 Durations accept plain seconds or a number with one unit: ``30s``, ``5m``, ``24h``, ``7d``.
 """
 
+import ipaddress
 import os
 import re
 from datetime import timedelta
@@ -108,6 +109,22 @@ def counts_by_name(name: str) -> dict[str, int]:
             raise ImproperlyConfigured(f"{name}: {key!r} is given twice")
         found[key] = int(number)
     return found
+
+
+def networks(name: str, default: str = "") -> str:
+    """Return environment variable ``name``, a comma-separated list of IP addresses or
+    networks (``10.0.0.0/8``), once each entry parses."""
+    raw = os.environ.get(name, default)
+    for entry in (part.strip() for part in raw.split(",")):
+        if not entry:
+            continue
+        try:
+            ipaddress.ip_network(entry, strict=False)
+        except ValueError:
+            raise ImproperlyConfigured(
+                f"{name}: {entry!r} is not an IP address or network (such as 10.0.0.0/8)"
+            ) from None
+    return raw
 
 
 def string(name: str, default: str = "") -> str:

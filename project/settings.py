@@ -43,6 +43,12 @@ ALLOWED_HOSTS = [
 CSRF_TRUSTED_ORIGINS = [
     o.strip() for o in env.string("DJANGO_CSRF_TRUSTED_ORIGINS").split(",") if o.strip()
 ]
+for _origin in CSRF_TRUSTED_ORIGINS:
+    if not re.match(r"^https?://[^/\s]+$", _origin):
+        raise ImproperlyConfigured(
+            f"DJANGO_CSRF_TRUSTED_ORIGINS: {_origin!r} is not an origin "
+            "(expected a scheme and a host, such as https://conveyor.example.com)"
+        )
 
 INSTALLED_APPS = [
     "project.apps.ConsoleAdminConfig",  # the stock admin with the console's site (dashboard)
@@ -173,6 +179,27 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = 1024 * 1024
 # --- Celery (read by project/celery.py under the CELERY_ namespace) -----------------------
 _DEFAULT_BROKER_DIR = VAR_DIR / "broker"
 CELERY_BROKER_URL = env.string("CELERY_BROKER_URL", "filesystem://")
+
+
+def _check_broker_url(url: str) -> None:
+    """Refuse a broker URL no kombu transport serves (a worker would die on it later)."""
+    from kombu.transport import resolve_transport
+
+    scheme, separator, _ = url.partition("://")
+    try:
+        if not separator or not scheme:
+            raise KeyError(url)
+        resolve_transport(scheme.partition("+")[0])
+    except (KeyError, ImportError):
+        shown = re.sub(r"://([^:/@]*):[^@]*@", r"://\1:***@", url)  # never print a password
+        raise ImproperlyConfigured(
+            f"CELERY_BROKER_URL: {shown!r} is not a broker URL (expected redis://host:6379/0, "
+            "amqp://user:password@host:5672// or filesystem://)"
+        ) from None
+
+
+for _url in CELERY_BROKER_URL.split(";"):  # several URLs: failover
+    _check_broker_url(_url.strip())
 if CELERY_BROKER_URL.startswith("filesystem://"):
     for sub in ("queue", "processed", "control"):
         (_DEFAULT_BROKER_DIR / sub).mkdir(parents=True, exist_ok=True)

@@ -26,7 +26,7 @@ Default = str | Callable[[dict], str]
 @dataclass(frozen=True)
 class Setting:
     name: str
-    kind: str  # duration | integer | boolean | string | choice | counts | path
+    kind: str  # duration | integer | boolean | string | choice | counts | path | networks
     default: Default
     why: str
     minimum: int = 0
@@ -47,6 +47,8 @@ class Setting:
             return env.choice(self.name, default, self.choices)
         if self.kind == "counts":
             return env.counts_by_name(self.name)
+        if self.kind == "networks":
+            return env.networks(self.name, default)
         if self.kind == "path":
             return Path(env.string(self.name, default) or default).resolve()
         return env.string(self.name, default)
@@ -143,7 +145,7 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     _s(
         "CONVEYOR_METRICS_ALLOW",
-        "string",
+        "networks",
         "",
         "addresses or networks that may read /metrics without a token",
     ),

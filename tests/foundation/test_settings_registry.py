@@ -22,6 +22,7 @@ TYPES = {
     "choice": str,
     "counts": dict,
     "path": Path,
+    "networks": str,
 }
 
 
@@ -73,6 +74,8 @@ def test_defaults_follow_the_settings_they_depend_on(monkeypatch):
         ("CONVEYOR_HTTPS", "maybe", "is not a boolean"),
         ("CONVEYOR_LOG_LEVEL", "loud", "is not one of"),
         ("CONVEYOR_QUEUE_CONCURRENCY", "default", "is not name=N"),
+        ("CONVEYOR_METRICS_ALLOW", "127.0.0.1,abc", "'abc' is not an IP address or network"),
+        ("CONVEYOR_METRICS_ALLOW", "10.0.0.0/33", "is not an IP address or network"),
     ],
 )
 def test_a_bad_value_names_its_variable(monkeypatch, name, value, message):
@@ -88,7 +91,8 @@ def test_unknown_variables_are_those_declared_nowhere():
 
 def test_no_module_reads_a_conveyor_variable_but_the_registry():
     """A CONVEYOR_* setting is read from the environment in one place only."""
-    readers = r"os\.environ|os\.getenv|env\.(duration|integer|boolean|string|choice|counts_by_name)"
+    kinds = "duration|integer|boolean|string|choice|counts_by_name|networks"
+    readers = rf"os\.environ|os\.getenv|env\.({kinds})"
     reader = re.compile(rf"""({readers})\s*[\[(.]\s*(get\()?\s*["']CONVEYOR_""")
     found = []
     for package in ("jobs", "webhooks", "deployments", "project"):

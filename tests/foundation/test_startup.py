@@ -19,6 +19,9 @@ BAD_SETTINGS = [
     ("CONVEYOR_SHUTDOWN_GRACE", "soon", "is not a duration"),
     ("CONVEYOR_SCHEDULE_TICK", "2h", "is too long for CONVEYOR_SCHEDULE_GRACE (1m)"),
     ("CONVEYOR_APPS", "billing_nowhere", "is not an importable module"),
+    ("CONVEYOR_METRICS_ALLOW", "10.0.0.0/33", "is not an IP address or network"),
+    ("CELERY_BROKER_URL", "nosuch://x", "is not a broker URL (expected redis://"),
+    ("DJANGO_CSRF_TRUSTED_ORIGINS", "example.com", "is not an origin (expected a scheme"),
 ]
 ENTRY_POINTS = {
     "manage.py": [PYTHON, "manage.py", "migrate", "--noinput"],
@@ -138,6 +141,15 @@ def test_make_run_on_a_busy_port_says_so_in_one_line_before_starting_anything(tm
     assert len(ours) == 1 and ours[0].startswith(f"conveyor: cannot start: PORT: {port} is in use")
     assert out.stdout.strip() == ""
     assert not (tmp_path / "var" / "conveyor.sqlite3").exists()  # not even migrate ran
+
+
+def test_make_run_with_a_port_that_is_no_number_says_so_in_one_line(tmp_path):
+    env = {**embedded_env(tmp_path), "PORT": "abc"}
+    out = start(["make", "run"], env, timeout=300)
+    assert out.returncode == 2
+    ours = [line for line in out.stderr.splitlines() if not MAKE_ERROR.match(line)]
+    assert ours == ["conveyor: cannot start: PORT: 'abc' is not an integer"], out.stderr
+    assert not (tmp_path / "var" / "conveyor.sqlite3").exists()
 
 
 def test_unknown_conveyor_variables_are_named_in_one_warning(tmp_path):
