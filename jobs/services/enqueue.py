@@ -1,5 +1,6 @@
 """Write jobs in the caller's transaction and publish their ids once it commits."""
 
+import math
 from datetime import datetime
 
 from celery import Task
@@ -16,6 +17,8 @@ from project.constraints import violates
 
 # Django's range for django.tasks priorities; higher runs first (jobs.statements' claim).
 MIN_PRIORITY, MAX_PRIORITY = -100, 100
+QUEUE_LENGTH = Job._meta.get_field("queue").max_length
+MAX_ATTEMPTS = 2**31 - 1  # the column's range
 
 
 def validate_priority(priority: object) -> int:
@@ -33,27 +36,52 @@ def validate_priority(priority: object) -> int:
 def validate_payload(payload: object) -> dict:
     """Return ``payload`` if it is a dict a job can store; raise a clear ValueError if not.
 
-    A NUL character (``\\x00``) is refused on every database, as PostgreSQL's jsonb does.
+    Its values are JSON's: text, numbers (finite), booleans, None, lists and dicts. A NUL
+    character (``\\x00``) is refused on every database, as PostgreSQL's jsonb does.
     """
     if not isinstance(payload, dict):
         raise ValueError(f"a job's payload is a dict, not {type(payload).__name__}")
     try:
-        holds_nul = _holds_nul(payload)
+        _check_stored(payload)
     except RecursionError:
         raise ValueError("a job's payload is nested too deeply to store") from None
-    if holds_nul:
-        raise ValueError("a job's payload cannot hold a NUL character (\\x00)")
     return payload
 
 
-def _holds_nul(value) -> bool:
+def _check_stored(value) -> None:
     if isinstance(value, str):
-        return "\x00" in value
-    if isinstance(value, dict):
-        return any(_holds_nul(key) or _holds_nul(item) for key, item in value.items())
-    if isinstance(value, list | tuple):
-        return any(_holds_nul(item) for item in value)
-    return False
+        if "\x00" in value:
+            raise ValueError("a job's payload cannot hold a NUL character (\\x00)")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _check_stored(key)
+            _check_stored(item)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            _check_stored(item)
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"a job's payload holds {value}, which JSON cannot store")
+    elif value is not None and not isinstance(value, int):  # bool is an int
+        raise ValueError(
+            f"a job's payload holds a {type(value).__name__}, which JSON cannot store "
+            "(use text, numbers, booleans, None, lists and dicts)"
+        )
+
+
+def validate_placement(queue: object, max_attempts: object) -> None:
+    """Raise a clear ValueError unless ``queue`` is a name a job row can hold and
+    ``max_attempts`` a count of at least 1."""
+    if not isinstance(queue, str) or not 0 < len(queue) <= QUEUE_LENGTH:
+        raise ValueError(
+            f"a job's queue is a name of 1 to {QUEUE_LENGTH} characters, not {queue!r:.120}"
+        )
+    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int):
+        raise ValueError(f"a job's max_attempts is an integer, not {type(max_attempts).__name__}")
+    if not 1 <= max_attempts <= MAX_ATTEMPTS:
+        raise ValueError(
+            f"a job's max_attempts is between 1 and {MAX_ATTEMPTS}, not {max_attempts}"
+        )
 
 
 def _task_defaults(
@@ -111,13 +139,16 @@ def _new_job(
     payload = validate_payload(payload) if payload is not None else {}
     validate_priority(priority)
     name, task_queue, task_max_attempts, rule, limit = _task_defaults(task)
+    queue = queue or task_queue or "default"
+    max_attempts = max_attempts or task_max_attempts or conf.get().max_attempts
+    validate_placement(queue, max_attempts)
     job = Job(
         task=name,
-        queue=queue or task_queue or "default",
+        queue=queue,
         payload=payload,
         limit_key=_limit_key(limit, payload),
         priority=priority,
-        max_attempts=max_attempts or task_max_attempts or conf.get().max_attempts,
+        max_attempts=max_attempts,
         run_after=run_after or now,
         idempotency_key=idempotency_key,
         published_at=now,

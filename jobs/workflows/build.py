@@ -167,7 +167,7 @@ class Graph:
             raise WorkflowError(
                 f"on_failure is one of {sorted(FailureRule.values)}, not {on_failure!r}"
             )
-        if not isinstance(name, str) or len(name) > NAME_LENGTH:
+        if not isinstance(name, str) or len(name) > NAME_LENGTH or "\x00" in name:
             raise WorkflowError(f"name: text of up to {NAME_LENGTH} characters, not {name!r:.80}")
         self.name = name
         self.on_failure = on_failure
@@ -196,6 +196,8 @@ class Graph:
             raise WorkflowError(
                 f"node {key!r}: condition {condition!r} is not one of {sorted(Condition.values)}"
             )
+        if isinstance(depends_on, str | Node):  # one key or node, not its characters
+            depends_on = [depends_on]
         node = Node(step=piece, key=key, depends_on=list(depends_on), condition=condition)
         self.nodes.append(node)
         self._keys[key] = node

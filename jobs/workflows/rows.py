@@ -9,7 +9,13 @@ from django.db.models import Model
 
 from jobs import conf
 from jobs.models import Job, JobDependency, JobStatus
-from jobs.services.enqueue import _limit_key, _task_defaults, validate_payload, validate_priority
+from jobs.services.enqueue import (
+    _limit_key,
+    _task_defaults,
+    validate_payload,
+    validate_placement,
+    validate_priority,
+)
 from jobs.workflows.errors import WorkflowError
 
 S = JobStatus
@@ -50,6 +56,11 @@ def job_row(node, waits: bool, now, defaults: dict) -> Job:
         name, queue, declared_attempts, rule, limit = defaults[task]
         payload = validate_payload(step.payload)
         priority = validate_priority(step.options.get("priority", 0))
+        queue = step.options.get("queue") or queue or "default"
+        max_attempts = (
+            step.options.get("max_attempts") or declared_attempts or conf.get().max_attempts
+        )
+        validate_placement(queue, max_attempts)
     except ValueError as exc:
         raise WorkflowError(f"node {node.key!r}: {exc}") from None
     if rule is not None:
@@ -61,14 +72,12 @@ def job_row(node, waits: bool, now, defaults: dict) -> Job:
         raise WorkflowError(f"node {node.key!r}: unknown option(s) {sorted(unknown)}")
     return Job(
         task=name,
-        queue=step.options.get("queue") or queue or "default",
+        queue=queue,
         payload=payload,
         status=S.WAITING if waits else S.QUEUED,
         limit_key=_limit_key(limit, payload),
         priority=priority,
-        max_attempts=step.options.get("max_attempts")
-        or declared_attempts
-        or conf.get().max_attempts,
+        max_attempts=max_attempts,
         run_after=now,
         published_at=now,
         created_at=now,

@@ -1,7 +1,7 @@
 """enqueue(): validation, idempotency keys under concurrency, bulk enqueue."""
 
 import threading
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 from django.db import close_old_connections, connection, transaction
@@ -23,6 +23,26 @@ def test_an_unknown_task_is_refused():
 def test_a_plain_celery_task_is_refused():
     with pytest.raises(ValueError, match="'maintenance.reap_jobs' is a plain Celery task"):
         services.enqueue("maintenance.reap_jobs", {})
+    assert Job.objects.count() == 0
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("payload", "options", "message"),
+    [
+        ({"at": datetime(2026, 1, 1)}, {}, "payload holds a datetime, which JSON cannot store"),
+        ({"x": [float("inf")]}, {}, "payload holds inf, which JSON cannot store"),
+        ({}, {"max_attempts": -1}, "max_attempts is between 1 and"),
+        ({}, {"queue": "q" * 101}, "queue is a name of 1 to 100 characters"),
+        ({}, {"queue": 123}, "queue is a name of 1 to 100 characters, not 123"),
+    ],
+    ids=["datetime", "infinity", "attempts", "long-queue", "queue-number"],
+)
+def test_what_a_job_row_cannot_hold_is_refused_with_a_clear_error(payload, options, message):
+    with pytest.raises(ValueError, match=message):
+        services.enqueue("tests.record", payload, **options)
+    with pytest.raises(ValueError, match=message):
+        services.enqueue_many("tests.record", [{"fine": 1}, payload], **options)
     assert Job.objects.count() == 0
 
 

@@ -4,6 +4,8 @@ Ends are recorded by hand here (claim, then jobs.completer), as a worker would, 
 case controls exactly which node ends how.
 """
 
+from datetime import datetime
+
 import pytest
 from celery import chain as celery_chain
 from celery import chord as celery_chord
@@ -113,6 +115,14 @@ def test_in_a_workflow_cancelled_as_a_whole_a_retried_job_runs_alone():
     assert services.job_retry(second.pk, actor="op").status == S.QUEUED
 
 
+def test_a_graph_node_may_depend_on_one_key_given_alone():
+    flow = workflows.graph()
+    flow.add("tests.wf.add", key="ab")
+    flow.add("tests.wf.add", key="c", depends_on="ab")  # the key, not its letters
+    first, second = _nodes(enqueue(flow))
+    assert (first.status, second.status) == (S.QUEUED, S.WAITING)
+
+
 def test_a_waiting_job_cannot_be_retried_into_the_queue_but_can_be_cancelled():
     flow = enqueue(workflows.chain("tests.wf.add", "tests.wf.add"))
     _, second = _nodes(flow)
@@ -168,6 +178,22 @@ def test_cancelling_a_workflow_cancels_what_has_not_finished():
             "node '#1': task 'maintenance.reap_jobs' is a plain Celery task",
         ),
         (lambda: workflows.chain(tasks.add.map([{}])), "chunks, map and starmap"),
+        (
+            lambda: workflows.chain(("tests.wf.add", {}, {"max_attempts": -1})),
+            "node '#0': a job's max_attempts is between 1 and",
+        ),
+        (
+            lambda: workflows.chain(("tests.wf.add", {}, {"queue": "q" * 101})),
+            "node '#0': a job's queue is a name of 1 to 100 characters",
+        ),
+        (
+            lambda: workflows.chain(("tests.wf.add", {"at": datetime(2026, 1, 1)})),
+            "node '#0': a job's payload holds a datetime, which JSON cannot store",
+        ),
+        (
+            lambda: workflows.chain(("tests.wf.add", {"x": float("nan")})),
+            "node '#0': a job's payload holds nan",
+        ),
     ],
 )
 @override_settings(CONVEYOR_WORKFLOW_MAX_NODES=3)
