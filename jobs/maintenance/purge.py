@@ -9,7 +9,7 @@ short (``project.batch_delete``: one ``DELETE … WHERE <filter> AND id IN (SELE
 ORDER BY finished_at LIMIT 1000)`` per batch; a job being retried meanwhile is kept;
 rows pointing at a deleted job are handled in the same statement, as their foreign key's
 ``on_delete`` says, e.g. a webhook delivery's link to its job is set to NULL, a workflow's
-edges to it deleted). A workflow's job is kept while a job depending on it still waits.
+edges to it deleted).
 django-celery-results rows past ``CELERY_RESULT_EXPIRES`` go too, the same way on their date
 index, the state rows of task limit keys that have not started a job for a day
 (jobs.limits), and workflows older than the completed retention none of whose jobs is left
@@ -24,16 +24,15 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from django.conf import settings
-from django.db.models import Exists, OuterRef, Q
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 from django_celery_results.models import TaskResult
 
 from jobs import conf
-from jobs.models import Job, JobDependency, JobStatus, LimitKeyState, Workflow
+from jobs.models import Job, JobStatus, LimitKeyState, Workflow
 from project.batch_delete import BATCH_SIZE, delete_in_batches
 
 logger = logging.getLogger("jobs.maintenance")
-S = JobStatus
 LIMIT_KEY_RETENTION = timedelta(days=1)
 
 
@@ -85,18 +84,9 @@ def purge(batch_size: int = BATCH_SIZE) -> PurgeResult:
 
 
 def _purge_jobs(status: str, cutoff, batch_size: int) -> int:
-    """Delete the jobs of one final ``status`` finished before ``cutoff``, oldest first.
-
-    A workflow's job is kept while a job that depends on it still waits: the outcome it
-    left decides that dependant's fate and goes into its payload when it is released.
-    """
-    waited_for = Exists(
-        JobDependency.objects.filter(dependency=OuterRef("pk"), dependant__status=S.WAITING)
-    )
+    """Delete the jobs of one final ``status`` finished before ``cutoff``, oldest first."""
     return delete_in_batches(
-        Job.objects.filter(status=status, finished_at__lt=cutoff).exclude(
-            Q(workflow__isnull=False) & waited_for
-        ),
+        Job.objects.filter(status=status, finished_at__lt=cutoff),
         order_by="finished_at",
         batch_size=batch_size,
     )
