@@ -54,6 +54,10 @@ def _check_stored(value) -> None:
             raise ValueError("a job's payload cannot hold a NUL character (\\x00)")
     elif isinstance(value, dict):
         for key, item in value.items():
+            if key is not None and not isinstance(key, str | int | float):  # bool is an int
+                raise ValueError(
+                    f"a job's payload has a {type(key).__name__} key, which JSON cannot store"
+                )
             _check_stored(key)
             _check_stored(item)
     elif isinstance(value, list | tuple):

@@ -249,7 +249,7 @@ def _decide(dependant: int, payload=ASK) -> Job | None:
                 return None
             payload = row[1]
     condition, members = inputs_of(dependant)
-    failed = [member for member in members if member["status"] != S.SUCCEEDED]
+    failed = [member for member in members if _failed(member)]
     if condition == Condition.SUCCESS and failed:
         first = failed[0]
         why = f"dependency job {first['job_id']} ({first['task']}) ended {first['status']}"
@@ -272,6 +272,12 @@ def _decide(dependant: int, payload=ASK) -> Job | None:
         log_job("workflow.released", moved[0], workflow=moved[0].workflow_id)
         return moved[0]
     return None
+
+
+def _failed(member: dict) -> bool:
+    """Whether a dependency's end counts as a failure: not a success, nor a callback that
+    was not needed (its condition did not hold, nothing failed)."""
+    return member["status"] != S.SUCCEEDED and member["reason"] != JobReason.NOT_NEEDED
 
 
 def with_inputs(payload, members: list[dict]) -> dict:

@@ -29,17 +29,27 @@ from jobs.transitions import transition
 from jobs.workflows.release import EDGES, JOBS, inputs_of, with_inputs
 
 S = JobStatus
+WORKFLOWS = Workflow._meta.db_table
 
 
 def retry_state(job_id: int) -> str:
-    """Lock ``job_id``'s row; return the state a retry moves it to (inside that transaction)."""
-    row = (
+    """Lock ``job_id``'s workflow's row (shared), then the job's; return the state a retry
+    moves it to (inside that transaction). A cancel of the whole workflow takes the
+    workflow's row first too: it either committed before (and is seen here) or waits for
+    this retry, and then cancels the node it finds waiting."""
+    workflow_id = Job.objects.filter(pk=job_id).values_list("workflow_id", flat=True).first()
+    if workflow_id is None:
+        return S.QUEUED
+    if connection.vendor == "postgresql":  # SQLite: one writer at a time, no lock to take
+        with connection.cursor() as cursor:
+            cursor.execute(f"SELECT 1 FROM {WORKFLOWS} WHERE id = %s FOR SHARE", [workflow_id])
+    status = (
         Job.objects.select_for_update(no_key=True)
         .filter(pk=job_id)
-        .values_list("workflow_id", "status")
+        .values_list("status", flat=True)
         .first()
     )
-    if row is None or row[0] is None or row[1] != S.CANCELLED or _cancelled(row[0]):
+    if status != S.CANCELLED or _cancelled(workflow_id):
         return S.QUEUED
     waits = JobDependency.objects.filter(dependant_id=job_id, done=False).exists()
     return S.WAITING if waits else S.QUEUED
@@ -68,12 +78,23 @@ def resume(job: Job) -> int:
     restored = 0
     todo = [job.pk]
     while todo:
+        dependency = todo.pop()
         with connection.cursor() as cursor:
+            if connection.vendor == "postgresql":
+                # Its dependants' rows first, in id order, as a worker ending a dependency
+                # of theirs locks them: that worker either decided before (and a dependant
+                # it cancelled is found below, to wait again) or decides after, seeing the
+                # edge not done.
+                cursor.execute(
+                    f"SELECT id FROM {JOBS} WHERE id IN (SELECT dependant_id FROM {EDGES} "
+                    "WHERE dependency_id = %s) ORDER BY id FOR NO KEY UPDATE",
+                    [dependency],
+                )
             cursor.execute(
                 f"UPDATE {EDGES} SET done = false WHERE dependency_id = %s AND done "
                 f"AND dependant_id IN (SELECT id FROM {JOBS} WHERE status = %s "
                 "OR (status = %s AND reason = %s)) RETURNING dependant_id",
-                [todo.pop(), S.WAITING, S.CANCELLED, JobReason.UPSTREAM],
+                [dependency, S.WAITING, S.CANCELLED, JobReason.UPSTREAM],
             )
             dependants = sorted({row[0] for row in cursor.fetchall()})
         for dependant in dependants:

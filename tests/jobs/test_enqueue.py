@@ -32,11 +32,12 @@ def test_a_plain_celery_task_is_refused():
     [
         ({"at": datetime(2026, 1, 1)}, {}, "payload holds a datetime, which JSON cannot store"),
         ({"x": [float("inf")]}, {}, "payload holds inf, which JSON cannot store"),
+        ({(1, 2): 3}, {}, "payload has a tuple key, which JSON cannot store"),
         ({}, {"max_attempts": -1}, "max_attempts is between 1 and"),
         ({}, {"queue": "q" * 101}, "queue is a name of 1 to 100 characters"),
         ({}, {"queue": 123}, "queue is a name of 1 to 100 characters, not 123"),
     ],
-    ids=["datetime", "infinity", "attempts", "long-queue", "queue-number"],
+    ids=["datetime", "infinity", "tuple-key", "attempts", "long-queue", "queue-number"],
 )
 def test_what_a_job_row_cannot_hold_is_refused_with_a_clear_error(payload, options, message):
     with pytest.raises(ValueError, match=message):

@@ -123,6 +123,22 @@ def test_a_graph_node_may_depend_on_one_key_given_alone():
     assert (first.status, second.status) == (S.QUEUED, S.WAITING)
 
 
+def test_a_callback_not_needed_is_no_failure_for_what_follows_it():
+    flow = enqueue(
+        workflows.chain(
+            workflows.batch(["tests.wf.add"], on_failure="tests.wf.collect"), "tests.wf.add"
+        )
+    )
+    member, on_failure, last = _nodes(flow)
+    _succeed(member)
+    on_failure.refresh_from_db()
+    assert (on_failure.status, on_failure.reason) == (S.CANCELLED, JobReason.NOT_NEEDED)
+    last.refresh_from_db()
+    assert last.status == S.QUEUED  # not cancelled upstream
+    _succeed(last)
+    assert workflows.status_of(Workflow.objects.get(pk=flow.pk)) == "succeeded"
+
+
 def test_a_waiting_job_cannot_be_retried_into_the_queue_but_can_be_cancelled():
     flow = enqueue(workflows.chain("tests.wf.add", "tests.wf.add"))
     _, second = _nodes(flow)
@@ -293,27 +309,6 @@ def test_a_workflows_keys_are_checked_by_nothing_at_commit_and_deletes_still_fol
     assert Job.objects.filter(pk__in=[job.pk for job in nodes], workflow=None).count() == 3
     Job.objects.filter(pk__in=[job.pk for job in nodes]).delete()
     assert not JobDependency.objects.filter(workflow_id=flow.pk).exists()
-
-
-def test_the_purge_keeps_a_finished_member_while_its_callback_waits():
-    """Its outcome still decides the callback: a purged failure would turn "failed" into
-    "succeeded" for the callback's condition."""
-    from datetime import timedelta
-
-    from django.utils import timezone
-
-    from jobs.maintenance.purge import purge
-
-    flow = enqueue(workflows.batch(["tests.wf.add", "tests.wf.add"], on_failure="tests.wf.collect"))
-    first, second, on_failure = _nodes(flow)
-    services.job_cancel(first.pk, actor="op")
-    Job.objects.filter(pk=first.pk).update(finished_at=timezone.now() - timedelta(days=30))
-    assert purge().completed == 0
-    _succeed(second)
-    on_failure.refresh_from_db()
-    assert on_failure.status == S.QUEUED
-    assert [m["status"] for m in on_failure.payload["members"]] == [S.CANCELLED, S.SUCCEEDED]
-    assert purge().completed == 1  # its dependant no longer waits
 
 
 def test_a_batch_that_succeeded_is_succeeded_though_its_on_failure_callback_was_not_needed():
