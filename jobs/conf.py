@@ -68,11 +68,23 @@ def _forget(**kwargs) -> None:
     get.cache_clear()
 
 
+# Periods of at least a second.
+PERIODS = (
+    "CONVEYOR_WORKER_HEARTBEAT",
+    "CONVEYOR_REAPER_INTERVAL",
+    "CONVEYOR_SWEEPER_INTERVAL",
+    "CONVEYOR_ACCOUNTING_INTERVAL",
+    "CONVEYOR_PURGE_INTERVAL",
+)
+
+
 def validate() -> None:
     """Fail loudly at start-up on settings that cannot work together."""
     conf = get()
     at_least("CONVEYOR_JOB_LEASE_TIMEOUT", conf.lease_timeout, timedelta(seconds=5))
     at_least("CONVEYOR_SWEEPER_GRACE", conf.sweeper_grace, timedelta(seconds=1))
+    for name in PERIODS:  # at 0 a loop would spin, writing as fast as it can
+        at_least(name, getattr(settings, name), timedelta(seconds=1))
     at_least(
         "CONVEYOR_MAINTENANCE_RETENTION", conf.maintenance_retention, MIN_MAINTENANCE_RETENTION
     )

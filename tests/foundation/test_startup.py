@@ -20,6 +20,7 @@ BAD_SETTINGS = [
     ("CONVEYOR_SCHEDULE_TICK", "2h", "is too long for CONVEYOR_SCHEDULE_GRACE (1m)"),
     ("CONVEYOR_APPS", "billing_nowhere", "is not an importable module"),
     ("CONVEYOR_METRICS_ALLOW", "10.0.0.0/33", "is not an IP address or network"),
+    ("CONVEYOR_WORKER_HEARTBEAT", "0s", "is too short (expected at least 1s)"),
     ("CELERY_BROKER_URL", "nosuch://x", "is not a broker URL (expected redis://"),
     ("DJANGO_CSRF_TRUSTED_ORIGINS", "example.com", "is not an origin (expected a scheme"),
 ]
