@@ -1,12 +1,13 @@
 """What an operator's retry of a workflow's node does to the node and to its workflow.
 
-``retry_state(job_id)`` locks the node's row, then says where the retry puts it: back to
-``waiting`` when it was cancelled while a dependency of it had not ended yet (it runs once
-that dependency has, released as any dependant is, with its outcomes), else ``queued``.
-Taking the row lock first is what keeps that answer true: a worker ending the dependency
-locks this row before it asks whether the node is ready, so it either ended before the
-lock (its edge is done, and seen here) or waits for this transaction and finds the node
-``waiting``.
+``retry_state(job_id)`` locks the node's workflow's row (shared) and the node's row, then
+says where the retry puts it: back to ``waiting`` when it was cancelled while a dependency of
+it had not ended yet (it runs once that dependency has, released as any dependant is, with
+its outcomes), else ``queued``. The locks keep that answer true: a worker ending the
+dependency locks the node's row before it asks whether the node is ready, so it either ended
+before (its edge is done, and seen here) or waits for this transaction and finds the node
+``waiting``; a cancel of the whole workflow takes the workflow's row first, so it either
+committed before (the node then runs alone) or cancels the node it finds waiting.
 
 Once the node has moved, ``retried(job)``
 

@@ -68,8 +68,17 @@ def _cancelled_by_failure(workflow: Workflow) -> bool:
 
 # What the console's page of a workflow shows of each node: not its payload, result or
 # history, which a 20,000-node workflow would load in full.
-NODE_FIELDS = ("id", "task", "status", "reason", "attempts", "max_attempts")
-NODE_FIELDS += ("started_at", "finished_at", "workflow_id")
+NODE_FIELDS = (
+    "id",
+    "task",
+    "status",
+    "reason",
+    "attempts",
+    "max_attempts",
+    "started_at",
+    "finished_at",
+    "workflow_id",
+)
 
 
 def nodes_of(workflow: Workflow) -> tuple[list[Job], list[tuple[int, int, bool]]]:
