@@ -80,6 +80,8 @@ def _retry(job_id: int, *, actor: str, now) -> Job:
             Q(pk=job_id),
             to,
             from_=(S.DEAD, S.CANCELLED) if to == S.QUEUED else (S.CANCELLED,),
+            # waiting again: no end to show until it ends (a cancel while waiting left no error)
+            **({"reason": ""} if to == S.WAITING else {}),
             attempts=0,
             run_after=now,
             finished_at=None,

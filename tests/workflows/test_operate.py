@@ -74,6 +74,7 @@ def test_a_step_cancelled_while_its_dependency_runs_waits_for_it_again_when_retr
 
     retried = services.job_retry(second.pk, actor="op")
     assert retried.status == S.WAITING  # not queued: its dependency has not ended
+    assert retried.reason == ""  # no end shown until it ends again
     third.refresh_from_db()
     assert third.status == S.WAITING
 
