@@ -13,6 +13,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.utils.csp import CSP
 
 from project import env, secretfiles, settings_registry
+from project.redaction import redact_text
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 # Every CONVEYOR_* setting, declared once in project/settings_registry.py, becomes a Django
@@ -186,16 +187,16 @@ def _check_broker_url(url: str) -> None:
     from kombu.transport import resolve_transport
 
     scheme, separator, _ = url.partition("://")
-    try:
-        if not separator or not scheme:
-            raise KeyError(url)
-        resolve_transport(scheme.partition("+")[0])
-    except (KeyError, ImportError):
-        shown = re.sub(r"://([^:/@]*):[^@]*@", r"://\1:***@", url)  # never print a password
-        raise ImproperlyConfigured(
-            f"CELERY_BROKER_URL: {shown!r} is not a broker URL (expected redis://host:6379/0, "
-            "amqp://user:password@host:5672// or filesystem://)"
-        ) from None
+    if separator and scheme:
+        try:
+            resolve_transport(scheme.partition("+")[0])
+            return
+        except (KeyError, ImportError):
+            pass
+    raise ImproperlyConfigured(
+        f"CELERY_BROKER_URL: {redact_text(url)!r} is not a broker URL (expected "
+        "redis://host:6379/0, amqp://user:password@host:5672// or filesystem://)"
+    )
 
 
 for _url in CELERY_BROKER_URL.split(";"):  # several URLs: failover

@@ -73,6 +73,15 @@ def _check_stored(value) -> None:
         )
 
 
+def placement(queue, task_queue, max_attempts, task_max_attempts) -> tuple[str, int]:
+    """The queue and attempt budget a job gets: those given, else its task's, else the
+    defaults; checked (``validate_placement``)."""
+    queue = queue or task_queue or "default"
+    max_attempts = max_attempts or task_max_attempts or conf.get().max_attempts
+    validate_placement(queue, max_attempts)
+    return queue, max_attempts
+
+
 def validate_placement(queue: object, max_attempts: object) -> None:
     """Raise a clear ValueError unless ``queue`` is a name a job row can hold and
     ``max_attempts`` a count of at least 1."""
@@ -143,9 +152,7 @@ def _new_job(
     payload = validate_payload(payload) if payload is not None else {}
     validate_priority(priority)
     name, task_queue, task_max_attempts, rule, limit = _task_defaults(task)
-    queue = queue or task_queue or "default"
-    max_attempts = max_attempts or task_max_attempts or conf.get().max_attempts
-    validate_placement(queue, max_attempts)
+    queue, max_attempts = placement(queue, task_queue, max_attempts, task_max_attempts)
     job = Job(
         task=name,
         queue=queue,

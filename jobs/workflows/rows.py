@@ -7,13 +7,12 @@ from celery import Task
 from django.db import connection
 from django.db.models import Model
 
-from jobs import conf
 from jobs.models import Job, JobDependency, JobStatus
 from jobs.services.enqueue import (
     _limit_key,
     _task_defaults,
+    placement,
     validate_payload,
-    validate_placement,
     validate_priority,
 )
 from jobs.workflows.errors import WorkflowError
@@ -56,11 +55,9 @@ def job_row(node, waits: bool, now, defaults: dict) -> Job:
         name, queue, declared_attempts, rule, limit = defaults[task]
         payload = validate_payload(step.payload)
         priority = validate_priority(step.options.get("priority", 0))
-        queue = step.options.get("queue") or queue or "default"
-        max_attempts = (
-            step.options.get("max_attempts") or declared_attempts or conf.get().max_attempts
+        queue, max_attempts = placement(
+            step.options.get("queue"), queue, step.options.get("max_attempts"), declared_attempts
         )
-        validate_placement(queue, max_attempts)
     except ValueError as exc:
         raise WorkflowError(f"node {node.key!r}: {exc}") from None
     if rule is not None:
