@@ -73,7 +73,12 @@ def _check_stored(value) -> None:
         )
 
 
-def placement(queue, task_queue, max_attempts, task_max_attempts) -> tuple[str, int]:
+def placement(
+    queue: str | None,
+    task_queue: str | None,
+    max_attempts: int | None,
+    task_max_attempts: int | None,
+) -> tuple[str, int]:
     """The queue and attempt budget a job gets: those given, else its task's, else the
     defaults; checked (``validate_placement``)."""
     queue = queue or task_queue or "default"
