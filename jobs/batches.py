@@ -83,16 +83,17 @@ def run(
     *,
     worker: str,
     plan: limiter.Plan | None,
-    released: bool = False,
 ) -> None:
     """Run the message's ``ids`` doorbells (see the module doc).
 
     Then, as many doorbells again for the jobs of the same task and queue that the
     message's ends released (a workflow's next step or callback, written by a chunk's
     successes here): the message claims the best runnable jobs of its task and queue for
-    them, so they need not wait for their own doorbells to reach a free worker (whichever
-    claims first runs them). ``released``: ``ids`` are such jobs already (jobs.task's single
-    path): their doorbells went out with their release, so a shutdown rings nothing again.
+    them, so they need not wait for a doorbell to reach a free worker. Those its last chunk
+    released get no doorbell of their own (``ring_released``; earlier ones do, as other
+    workers may be idle meanwhile): a shutdown rings for what the message leaves, and a
+    worker lost meanwhile leaves them to the sweeper. jobs.task's single path hands its
+    own follow-ons here the same way, as ``ids``.
     """
     wanted, ran, queue = len(ids), _Ran(), None
     try:
@@ -106,15 +107,15 @@ def run(
                 wanted = wanted - len(claimed) if claimed else 0  # none: nothing runnable now
                 queue = queue or (claimed[0].queue if claimed else None)
                 ran = _run_chunk(task, claimed)
-            _tell(task, ran.write(freed))
+            _tell(task, ran.write(freed, ring_released=False))  # claimed next, here
             if wanted:  # a shutdown
                 break
-            ids, released = following(freed, task.name, queue), True
+            ids = following(freed, task.name, queue)
             wanted = len(ids)
     except BaseException:  # the database went away: the unwritten runs are the reaper's
         ran.written()
         raise
-    if wanted and not released:  # a shutdown: leave the rest to other workers, at once
+    if wanted:  # a shutdown: leave the rest to other workers, at once
         _ring_again(ids[len(ids) - wanted], wanted)
 
 
@@ -141,10 +142,14 @@ class _Ran:
             lease.untrack(ctx)
         self.successes, self.contexts = [], []
 
-    def write(self, released: list[Job] | None = None) -> list[tuple[Job, bool]]:
-        """Write the successes on their own (no claim after them); ``released``: see
-        ``completer.succeed_many``."""
-        settled = completer.succeed_many(self.successes, released=released)
+    def write(
+        self, released: list[Job] | None = None, *, ring_released: bool = True
+    ) -> list[tuple[Job, bool]]:
+        """Write the successes on their own (no claim after them); ``released`` and
+        ``ring_released``: see ``completer.succeed_many``."""
+        settled = completer.succeed_many(
+            self.successes, released=released, ring_released=ring_released
+        )
         self.written()
         return settled
 

@@ -132,7 +132,7 @@ def succeed_many_and_claim(
         return _succeed_many_and_claim_at_once(successes, job_id, count, plan, task, worker)
     if plan is None and successes and _in_one_message():  # a workflow's nodes
         statement = statements.successes_and_claim_statement(successes, job_id, task, worker, count)
-        rows = _end_and_advance(statement, successes, released)
+        rows = _end_and_advance(statement, successes, released, held=None)
         ended, claimed = statements.read_successes_and_claim(rows)
         return _settled(successes, ended, rings=True), claimed
 
@@ -188,15 +188,21 @@ def _succeed_many_and_claim_at_once(successes, job_id, count, plan, task, worker
 
 
 def succeed_many(
-    successes: list[statements.Success], *, released: list[Job] | None = None
+    successes: list[statements.Success],
+    *,
+    released: list[Job] | None = None,
+    ring_released: bool = True,
 ) -> list[tuple[Job, bool]]:
     """Write a chunk's successes with no claim after them (the message's last chunk).
 
     ``released`` (as for ``succeed_many_and_claim``): a list to add the jobs that these ends
-    released (workflows' dependants now queued) to.
+    released (workflows' dependants now queued) to. ``ring_released=False``: the caller
+    claims as many jobs of the successes' task and queue at once (jobs.batches), so their
+    released jobs of that task and queue get no doorbell; it rings for what it leaves.
     """
     if not successes:
         return []
+    held = _held_by(successes) if released is not None and not ring_released else None
     if connection.vendor == "postgresql" and not _any_workflow(successes):  # one statement
         watched = _watched(successes)
         if watched is None:
@@ -210,14 +216,15 @@ def succeed_many(
         )
         return _settled(successes, ended, rings=True, holds=holds)
     if _in_one_message():  # a workflow's nodes
-        rows = _end_and_advance(statements.successes_statement(successes), successes, released)
+        statement = statements.successes_statement(successes)
+        rows = _end_and_advance(statement, successes, released, held=held)
         return _settled(successes, {row[0] for row in rows}, rings=True)
 
     def write():
         with transaction.atomic():  # one per success elsewhere; a workflow's release with them
             ended = _end_successes(successes)
             ended_jobs = [success.job for success in successes if success.job.pk in ended]
-            freed = _advance(*ended_jobs)
+            freed = _advance(*ended_jobs, held=held)
             _ring_for(ended_jobs)
         return ended, freed
 
@@ -233,16 +240,24 @@ def _in_one_message() -> bool:
     return in_one_message()
 
 
-def _end_and_advance(statement, successes, released: list[Job] | None) -> list[tuple]:
+def _end_and_advance(statement, successes, released: list[Job] | None, *, held) -> list[tuple]:
     """Write ``statement`` (the successes of workflows' nodes, and perhaps a claim) and
     release what they unblock, in one transaction of two round trips (jobs.workflows);
     return the statement's rows."""
     from jobs.workflows.release import end_and_advance
 
-    rows, freed = end_and_advance(*statement, [success.job.pk for success in successes])
+    job_ids = [success.job.pk for success in successes]
+    rows, freed = end_and_advance(*statement, job_ids, held=held)
     if released is not None:
         released.extend(freed)
     return rows
+
+
+def _held_by(successes):
+    """The released jobs a message claims itself after its last chunk: those of the
+    successes' task and queue (jobs.batches)."""
+    kind = (successes[0].job.task, successes[0].job.queue)
+    return lambda job: (job.task, job.queue) == kind
 
 
 def _any_workflow(successes) -> bool:
@@ -373,14 +388,14 @@ def _cancelled_meanwhile(
     return done
 
 
-def _advance(*jobs: Job) -> list[Job]:
+def _advance(*jobs: Job, held=None) -> list[Job]:
     """Workflows' nodes ended: release what they unblock, in the transaction of their end;
-    return the jobs released."""
+    return the jobs released (``held``: see jobs.workflows.release.advance)."""
     if not any(job.workflow_id is not None for job in jobs):
         return []
     from jobs.workflows.release import advance  # jobs.workflows imports the services
 
-    return advance(*jobs)
+    return advance(*jobs, held=held)
 
 
 def _ring_for(jobs: list[Job], holds: limiter.Holds | None = None) -> None:

@@ -128,11 +128,13 @@ class JobTask(Task):
         done = self._run_job(job)
         if done is None:
             return None
-        follow = batches.following(self._finish(*done), self.name, job.queue)
-        if follow and publish.batchable(self) and not shutdown.requested():
-            # A chain's next step of this task: run here now, as a batch message would.
+        # A chain's next step of this task is run here now, as a batch message would (its
+        # doorbell not rung; the message rings for it if it leaves it).
+        here = publish.batchable(self) and not shutdown.requested()
+        follow = batches.following(self._finish(*done, follow_on=here), self.name, job.queue)
+        if follow:
             runner = batches.Runner(self.name, _context, self._run_job, self._ended)
-            batches.run(runner, follow, worker=worker, plan=plan, released=True)
+            batches.run(runner, follow, worker=worker, plan=plan)
         return None
 
     def run_ended(self, job: Job) -> None:
@@ -188,14 +190,19 @@ class JobTask(Task):
             return undo.encoded, False
         return encoded, True
 
-    def _finish(self, job: Job, encoded: str) -> list[Job]:
-        """Write a success (or the cancel that came meanwhile) and tell ``run_ended``; return
-        the jobs the success released (a workflow's dependants now queued)."""
+    def _finish(self, job: Job, encoded: str, *, follow_on: bool = False) -> list[Job]:
+        """Write a success (or the cancel that came meanwhile) and tell ``run_ended``.
+
+        ``follow_on``: the caller runs the jobs of this task and queue that the success
+        released (a workflow's dependants now queued), returned here, their doorbells not
+        rung (jobs.completer's ``released``); else every released job's doorbell is rung.
+        """
         ran = statements.Success(job, encoded, job.started_at, timezone.now())
         released: list[Job] = []
-        for ended, succeeded in completer.succeed_many([ran], released=released):
+        settled = completer.succeed_many([ran], released=released, ring_released=not follow_on)
+        for ended, succeeded in settled:
             self._ended(ended, succeeded=succeeded)
-        return released
+        return released if follow_on else []
 
     def _ended(self, job: Job | None, *, succeeded: bool) -> None:
         if job is None:  # the run was taken away: whoever took it ends it

@@ -41,6 +41,7 @@ What an operator's retry of a node does to its workflow is jobs.workflows.retry.
 """
 
 import json
+from collections.abc import Callable
 
 from django.db import connection
 from django.db.models import Q
@@ -63,21 +64,33 @@ PREVIOUS_KEY = "previous"
 ASK = object()
 
 
-def advance(*jobs: Job) -> list[Job]:
-    """Record that ``jobs`` ended (inside that transaction); return the jobs they released."""
+def advance(*jobs: Job, held: Callable[[Job], bool] | None = None) -> list[Job]:
+    """Record that ``jobs`` ended (inside that transaction); return the jobs they released.
+
+    Their doorbells are rung once committed, but for those ``held`` says the caller claims
+    itself (jobs.batches: the message that ended them claims as many again, and rings for
+    what it leaves).
+    """
     ended = [job.pk for job in jobs if job.workflow_id is not None and job.status in FINISHED]
     released = _released(_mark_done(ended) if ended else [])
-    if released:
-        publish_on_commit(released)
+    _ring_on_commit(released, held)
     return released
 
 
-def end_and_advance(statement: str, params: list, job_ids: list[int]) -> tuple[list, list[Job]]:
+def _ring_on_commit(released: list[Job], held: Callable[[Job], bool] | None) -> None:
+    rung = [job for job in released if held is None or not held(job)]
+    if rung:
+        publish_on_commit(rung)
+
+
+def end_and_advance(
+    statement: str, params: list, job_ids: list[int], held: Callable[[Job], bool] | None = None
+) -> tuple[list, list[Job]]:
     """Run ``statement`` (an end of runs of ``job_ids``), then ``advance`` the workflows of
     those it ended, in one transaction whose first message carries the ``BEGIN``, the end,
     steps 1 and 2 and step 3: a chunk that releases nothing costs two round trips (that
     message and the ``COMMIT``), not four. Return the statement's rows and the jobs
-    released (published once committed).
+    released (their doorbells rung once committed, but for those ``held``: see ``advance``).
 
     PostgreSQL with several statements per message, outside any transaction (the caller
     checks ``in_one_message``). Nothing in between may open a transaction of Django's own:
@@ -89,8 +102,7 @@ def end_and_advance(statement: str, params: list, job_ids: list[int]) -> tuple[l
     rows, released = prepared.once_more_as_text(
         lambda: _end_and_advance(statement, params, job_ids)
     )
-    if released:  # committed: published at once, a failure logged (the sweeper re-sends)
-        publish_on_commit(released)
+    _ring_on_commit(released, held)  # committed: at once, a failure logged (the sweeper re-sends)
     return rows, released
 
 

@@ -70,7 +70,19 @@ def test_a_released_job_of_another_task_is_left_to_its_own_doorbell():
     assert second.status == S.QUEUED and second.attempts == 0  # released, not run here
 
 
-def test_a_shutdown_before_the_follow_on_leaves_it_to_the_doorbell_it_already_has(monkeypatch):
+def test_a_follow_on_this_message_runs_gets_no_doorbell_of_its_own(monkeypatch):
+    """No second message for a job the message that released it claims itself: no other
+    worker wakes for it only to find it taken."""
+    flow = enqueue(workflows.chain(("tests.wf.add", {"n": 1}), ("tests.wf.add", {"n": 10})))
+    first, second = _nodes(flow)
+    published = []
+    monkeypatch.setattr(release, "publish_on_commit", lambda jobs: published.extend(jobs))
+    add([first.pk])
+    assert Job.objects.get(pk=second.pk).status == S.SUCCEEDED
+    assert published == []
+
+
+def test_a_shutdown_before_the_follow_on_rings_for_it(monkeypatch):
     flow = enqueue(workflows.chain(("tests.wf.add", {"n": 1}), ("tests.wf.add", {"n": 10})))
     first, second = _nodes(flow)
     published, rung = [], []
@@ -86,8 +98,8 @@ def test_a_shutdown_before_the_follow_on_leaves_it_to_the_doorbell_it_already_ha
     monkeypatch.setattr(completer, "succeed_many", succeed_many)
     add([first.pk])
     second.refresh_from_db()
-    assert [job.pk for job in published] == [second.pk] and second.status == S.QUEUED
-    assert rung == []  # its doorbell went out with its release: none rung again
+    assert second.status == S.QUEUED and published == []  # released, held for this message
+    assert rung == [(second.pk, 1)]  # which leaves it: its doorbell rung now
 
 
 def test_with_server_side_binding_a_node_still_releases_the_next(monkeypatch):
