@@ -4,10 +4,13 @@ it, instead of waiting for its doorbell to reach a free worker. Run in-process w
 messages jobs.publish would send: no worker reads the queue, so whatever ran, a message here
 ran."""
 
+from datetime import timedelta
+
 import pytest
 from django.db import connection
 
 from jobs import batches, completer, outcome, publish, shutdown, workflows
+from jobs.maintenance import sweeper
 from jobs.models import Job, JobStatus
 from jobs.task import claim_exactly
 from jobs.workflows import release
@@ -100,6 +103,30 @@ def test_a_shutdown_before_the_follow_on_rings_for_it(monkeypatch):
     second.refresh_from_db()
     assert second.status == S.QUEUED and published == []  # released, held for this message
     assert rung == [(second.pk, 1)]  # which leaves it: its doorbell rung now
+
+
+def test_a_follow_on_held_by_a_worker_that_dies_is_re_sent_by_the_sweeper(monkeypatch, settings):
+    settings.CONVEYOR_SWEEPER_GRACE = timedelta(seconds=0)
+    flow = enqueue(workflows.chain(("tests.wf.add", {"n": 1}), ("tests.wf.add", {"n": 10})))
+    first, second = _nodes(flow)
+    published = []
+    monkeypatch.setattr(release, "publish_on_commit", lambda jobs: published.extend(jobs))
+    written = batches._Ran.write
+
+    def write_then_die(ran, *args, **kwargs):  # the process is killed once the release commits
+        written(ran, *args, **kwargs)
+        raise SystemExit("killed")
+
+    monkeypatch.setattr(batches._Ran, "write", write_then_die)
+    with pytest.raises(SystemExit):
+        add([first.pk])
+    second.refresh_from_db()
+    assert second.status == S.QUEUED and second.publish_count == 0 and published == []
+    sent = []
+    monkeypatch.setattr(sweeper, "publish", lambda jobs: sent.extend(jobs) or len(jobs))
+    assert sweeper.sweep().republished == 1
+    second.refresh_from_db()
+    assert [job.pk for job in sent] == [second.pk] and second.publish_count == 1
 
 
 def test_with_server_side_binding_a_node_still_releases_the_next(monkeypatch):
