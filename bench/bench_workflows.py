@@ -1,7 +1,7 @@
 """Workflows side by side with plain jobs: a group with a callback, and enqueueing a big one.
 
-Two comparisons, each in interleaved rounds (5, or 2 with ``BENCH_QUICK=1``; the order
-rotates each round), on one real ``celery worker`` (prefork × ``BENCH_CONCURRENCY``, 2):
+Two comparisons, each in interleaved rounds whose order rotates each round, on one real
+``celery worker`` (prefork × ``BENCH_CONCURRENCY``, 2):
 
 * **run**: a 1,000-member group of ``jobs.noop`` with a callback (``chord``) against 1,000
   independent ``jobs.noop`` jobs (``enqueue_many``) on the same worker. The clock runs from
@@ -11,6 +11,11 @@ rotates each round), on one real ``celery worker`` (prefork × ``BENCH_CONCURREN
   ``enqueue_many`` of 10,000 jobs, each in its own transaction, the clock stopped once it
   committed (and its doorbells were published). No worker reads the queue meanwhile.
   Target: at most 1.5×.
+
+The enqueue comparison runs ``BENCH_ROUNDS`` rounds (5, or 2 with ``BENCH_QUICK=1``); the run
+comparison three times as many (``BENCH_RUN_ROUNDS``): a run lasts a fraction of a second, so
+one busy moment of the machine moves a round by a third, and a median of five is too easily
+moved by two of them.
 
 The run also measures the same group without its callback (``group_alone``): the members'
 own transactions without the callback's shared row lock, to tell the two costs apart.
@@ -25,6 +30,7 @@ MEMBERS = 1000
 ENQUEUED = 10_000
 CONCURRENCY = int(os.environ.get("BENCH_CONCURRENCY") or 2)
 TIMEOUT = 300
+RUN_ROUNDS = int(os.environ.get("BENCH_RUN_ROUNDS") or 3 * harness.ROUNDS)
 
 
 def clean() -> None:
@@ -109,9 +115,9 @@ def enqueue_workflow() -> float:
     return time.perf_counter() - started
 
 
-def measure(variants: dict, label: str) -> dict[str, list[float]]:
+def measure(variants: dict, label: str, rounds: int = harness.ROUNDS) -> dict[str, list[float]]:
     seconds: dict[str, list[float]] = {name: [] for name in variants}
-    for round_no in range(harness.ROUNDS):
+    for round_no in range(rounds):
         for name in harness.order(list(variants), round_no):
             seconds[name].append(variants[name]())
             clean()
@@ -124,7 +130,12 @@ def main() -> dict:
     harness.prepare_database()
     harness.setup_django()
     clean()
-    results: dict = {"members": MEMBERS, "enqueued_nodes": ENQUEUED, "concurrency": CONCURRENCY}
+    results: dict = {
+        "members": MEMBERS,
+        "enqueued_nodes": ENQUEUED,
+        "concurrency": CONCURRENCY,
+        "run_rounds": RUN_ROUNDS,
+    }
     enqueue = measure({"enqueue_many": enqueue_many, "workflow": enqueue_workflow}, "enqueue")
     results["enqueue_many_10k_s"] = harness.summary(enqueue["enqueue_many"], 3)
     results["enqueue_workflow_10k_s"] = harness.summary(enqueue["workflow"], 3)
@@ -138,6 +149,7 @@ def main() -> dict:
         ran = measure(
             {"independent": run_independent, "group": run_group, "group_alone": run_group_alone},
             "run",
+            RUN_ROUNDS,
         )
     finally:
         worker.stop()
