@@ -27,7 +27,7 @@ another); a rate, a key rule or fairness claims one job at a time (jobs.limiter)
 """
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from django.db import InterfaceError, OperationalError, connection
@@ -36,6 +36,7 @@ from django.utils import timezone
 from jobs import completer, limiter, shutdown, statements
 from jobs.lease import keeper
 from jobs.models import Job
+from jobs.publish import publish
 
 # How long, by its bodies' recent run times, a chunk is expected to run.
 CHUNK_BUDGET = 0.05
@@ -83,6 +84,7 @@ def run(
     *,
     worker: str,
     plan: limiter.Plan | None,
+    held: Sequence[Job] = (),
 ) -> None:
     """Run the message's ``ids`` doorbells (see the module doc).
 
@@ -90,12 +92,15 @@ def run(
     message's ends released (a workflow's next step or callback, written by a chunk's
     successes here): the message claims the best runnable jobs of its task and queue for
     them, so they need not wait for a doorbell to reach a free worker. Those its last chunk
-    released get no doorbell of their own (``ring_released``; earlier ones do, as other
-    workers may be idle meanwhile): a shutdown rings for what the message leaves, and a
-    worker lost meanwhile leaves them to the sweeper. jobs.task's single path hands its
-    own follow-ons here the same way, as ``ids``.
+    released get no doorbell of their own meanwhile (``ring_released``; earlier ones do, as
+    other workers may be idle): the message owes them one, and sends it for each it has not
+    claimed once it stops claiming — the claim took other jobs, a limit or a pause refused
+    it, a shutdown or an error came. A worker killed meanwhile leaves them to the sweeper.
+    ``held``: ``ids`` are such jobs already (jobs.task's single path), owed as well.
     """
     wanted, ran, queue = len(ids), _Ran(), None
+    owed = {job.pk: job for job in held}  # released here, no doorbell yet
+    own = not held  # ``ids`` are the message's own doorbells
     try:
         while wanted:
             freed: list[Job] = []
@@ -103,25 +108,43 @@ def run(
                 anchor = ids[len(ids) - wanted]  # a job the message names: its queue's the claim's
                 count = chunk_size(task.name, wanted)
                 settled, claimed = _settle_and_claim(task, ran, anchor, count, plan, worker, freed)
+                for job in claimed:
+                    owed.pop(job.pk, None)
                 _tell(task, settled)
                 wanted = wanted - len(claimed) if claimed else 0  # none: nothing runnable now
                 queue = queue or (claimed[0].queue if claimed else None)
                 ran = _run_chunk(task, claimed)
-            _tell(task, ran.write(freed, ring_released=False))  # claimed next, here
+            _ring_owed(owed)  # the ones this round did not claim
+            last: list[Job] = []
+            try:
+                _tell(task, ran.write(last, ring_released=False))
+            finally:
+                freed += last
+                owed.update((job.pk, job) for job in following(last, task.name, queue))
             if wanted:  # a shutdown
                 break
-            ids = following(freed, task.name, queue)
+            ids, own = [job.pk for job in following(freed, task.name, queue)], False
             wanted = len(ids)
     except BaseException:  # the database went away: the unwritten runs are the reaper's
         ran.written()
         raise
-    if wanted:  # a shutdown: leave the rest to other workers, at once
-        _ring_again(ids[len(ids) - wanted], wanted)
+    finally:
+        _ring_owed(owed)
+    if wanted and own:  # a shutdown: leave the rest to other workers, at once
+        _ring_again(task.name, ids[len(ids) - wanted], wanted)
 
 
-def following(freed: list[Job], task: str, queue: str | None) -> list[int]:
-    """The ids of the ``freed`` (released) jobs that are of ``task`` in ``queue``."""
-    return [job.pk for job in freed if (job.task, job.queue) == (task, queue)]
+def following(freed: list[Job], task: str, queue: str | None) -> list[Job]:
+    """The ``freed`` (released) jobs that are of ``task`` in ``queue``."""
+    return [job for job in freed if (job.task, job.queue) == (task, queue)]
+
+
+def _ring_owed(owed: dict[int, Job]) -> None:
+    """Send the doorbells of the released jobs this message held and did not claim."""
+    if owed:
+        jobs = list(owed.values())
+        owed.clear()
+        publish(jobs)
 
 
 class _Ran:
@@ -234,10 +257,11 @@ def _tell(task: Runner, settled: list[tuple[Job, bool]]) -> None:
         task.ended(job, succeeded=succeeded)
 
 
-def _ring_again(anchor: int, doorbells: int) -> None:
-    """Ring, for the queue of the message's job ``anchor``, the doorbells left unused."""
+def _ring_again(task: str, anchor: int, doorbells: int) -> None:
+    """Ring the doorbells left unused, for ``task``'s jobs in the queue of the message's job
+    ``anchor`` (a doorbell claims its own task's jobs only)."""
     from jobs.queues import ring
 
     queue = statements.queue_of(anchor)
     if queue is not None:
-        ring(queue, limit=doorbells)
+        ring(queue, task=task, limit=doorbells)

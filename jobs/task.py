@@ -129,12 +129,13 @@ class JobTask(Task):
         if done is None:
             return None
         # A chain's next step of this task is run here now, as a batch message would (its
-        # doorbell not rung; the message rings for it if it leaves it).
+        # doorbell owed: rung if this process does not claim it).
         here = publish.batchable(self) and not shutdown.requested()
-        follow = batches.following(self._finish(*done, follow_on=here), self.name, job.queue)
+        follow = self._finish(*done, follow_on=here)
         if follow:
             runner = batches.Runner(self.name, _context, self._run_job, self._ended)
-            batches.run(runner, follow, worker=worker, plan=plan)
+            ids = [each.pk for each in follow]
+            batches.run(runner, ids, worker=worker, plan=plan, held=follow)
         return None
 
     def run_ended(self, job: Job) -> None:
@@ -195,14 +196,21 @@ class JobTask(Task):
 
         ``follow_on``: the caller runs the jobs of this task and queue that the success
         released (a workflow's dependants now queued), returned here, their doorbells not
-        rung (jobs.completer's ``released``); else every released job's doorbell is rung.
+        rung (jobs.completer's ``released``; rung here if ``run_ended`` raises); else every
+        released job's doorbell is rung and none is returned.
         """
         ran = statements.Success(job, encoded, job.started_at, timezone.now())
         released: list[Job] = []
         settled = completer.succeed_many([ran], released=released, ring_released=not follow_on)
-        for ended, succeeded in settled:
-            self._ended(ended, succeeded=succeeded)
-        return released if follow_on else []
+        follow = batches.following(released, self.name, job.queue) if follow_on else []
+        try:
+            for ended, succeeded in settled:
+                self._ended(ended, succeeded=succeeded)
+        except BaseException:
+            if follow:
+                publish.publish(follow)
+            raise
+        return follow
 
     def _ended(self, job: Job | None, *, succeeded: bool) -> None:
         if job is None:  # the run was taken away: whoever took it ends it

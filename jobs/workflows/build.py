@@ -14,9 +14,8 @@ one Workflow row, the jobs in bulk (those with dependencies ``waiting``, the oth
 """
 
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from types import MappingProxyType
 
 from celery import Task
 from django.db import transaction
@@ -35,11 +34,11 @@ NAME_LENGTH = Workflow._meta.get_field("name").max_length
 DJANGO_TASK = "jobs.django_task"  # jobs.backends: the task that runs a django.tasks function
 
 
-# Slotted, shared empty options, no copies of empty lists: a 10,000-member group is built of
-# as few objects as it can be, so enqueueing it sets Python's garbage collector off no more
-# often than ``enqueue_many`` of as many jobs does (a full collection of a web process's
-# objects takes tens of milliseconds).
-NO_OPTIONS: Mapping = MappingProxyType({})
+# Slotted steps and nodes, no lists of their own where they wait for nothing: a 10,000-member
+# group is built of as few objects the garbage collector tracks as can be, so enqueueing it
+# sets the collector off no more often than ``enqueue_many`` of as many jobs does (a full
+# collection of a web process's objects takes tens of milliseconds). An empty dict is not
+# tracked.
 
 
 @dataclass(slots=True)
@@ -48,7 +47,7 @@ class Step:
 
     task: object
     payload: dict = field(default_factory=dict)
-    options: Mapping = NO_OPTIONS
+    options: dict = field(default_factory=dict)
 
     def place(self, graph: "Graph", after: list["Node"], condition) -> list["Node"]:
         return [graph.add(self, depends_on=after, condition=condition)]
@@ -349,8 +348,7 @@ def _step(task, payload, options) -> Step:
         return _django_step(task, payload, options)
     if not isinstance(task, str | Task):
         raise WorkflowError(f"step {task!r} is not a task")
-    options = dict(options) if options else NO_OPTIONS
-    return Step(task=task, payload=payload if payload is not None else {}, options=options)
+    return Step(task=task, payload=payload if payload is not None else {}, options=dict(options))
 
 
 def _is_django_task(value) -> bool:

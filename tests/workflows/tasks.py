@@ -6,6 +6,7 @@ import time
 from celery import shared_task
 
 from jobs import Permanent
+from jobs.limits import Limit
 from jobs.models import AuditLog
 from jobs.task import JobContext, JobTask
 
@@ -57,3 +58,9 @@ def atomic_step(ctx: JobContext):
 def collect_atomic(ctx: JobContext):
     """An atomic callback: its record and its success commit together, so it shows once."""
     return collect.run(ctx)
+
+
+@shared_task(base=JobTask, name="tests.wf.rated", limit=Limit(rate="1/s"))
+def rated(ctx: JobContext):
+    """A step of a task that starts at most once a second."""
+    return ctx.payload.get("n", 0)

@@ -7,15 +7,28 @@ ran."""
 from datetime import timedelta
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
+from django.tasks.signals import task_finished
 
-from jobs import batches, completer, outcome, publish, shutdown, workflows
+from jobs import (
+    batches,
+    completer,
+    limiter,
+    outcome,
+    publish,
+    queues,
+    services,
+    shutdown,
+    workflows,
+)
 from jobs.maintenance import sweeper
 from jobs.models import Job, JobStatus
 from jobs.task import claim_exactly
+from jobs.tasks import django_task
 from jobs.workflows import release
+from tests import djangotasks
 from tests.workflows.conftest import assert_order, enqueue
-from tests.workflows.tasks import add
+from tests.workflows.tasks import add, rated
 
 S = JobStatus
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -73,55 +86,152 @@ def test_a_released_job_of_another_task_is_left_to_its_own_doorbell():
     assert second.status == S.QUEUED and second.attempts == 0  # released, not run here
 
 
-def test_a_follow_on_this_message_runs_gets_no_doorbell_of_its_own(monkeypatch):
+@pytest.fixture
+def doorbells(monkeypatch) -> list[int]:
+    """The ids of the jobs whose doorbells are sent, whichever way."""
+    sent: list[int] = []
+
+    def record(jobs):
+        sent.extend(job.pk for job in jobs)
+        return len(jobs)
+
+    for module, name in (
+        (release, "publish_on_commit"),  # a release's
+        (batches, "publish"),  # a follow-on the message held and did not claim
+        (publish, "publish"),  # the single path's, when its run_ended raises
+        (queues, "publish"),  # a shutdown's ring for the message's unused doorbells
+        (limiter, "publish_on_commit"),  # a limit's
+    ):
+        monkeypatch.setattr(module, name, record)
+    return sent
+
+
+def test_a_follow_on_this_message_runs_gets_no_doorbell_of_its_own(doorbells):
     """No second message for a job the message that released it claims itself: no other
     worker wakes for it only to find it taken."""
     flow = enqueue(workflows.chain(("tests.wf.add", {"n": 1}), ("tests.wf.add", {"n": 10})))
     first, second = _nodes(flow)
-    published = []
-    monkeypatch.setattr(release, "publish_on_commit", lambda jobs: published.extend(jobs))
+    doorbells.clear()  # the first step's
     add([first.pk])
     assert Job.objects.get(pk=second.pk).status == S.SUCCEEDED
-    assert published == []
+    assert doorbells == []
 
 
-def test_a_shutdown_before_the_follow_on_rings_for_it(monkeypatch):
+def _shutdown_after(monkeypatch, module, name) -> None:
+    """A warm shutdown comes as ``module.name`` returns."""
+    original = getattr(module, name)
+
+    def then_shutdown(*args, **kwargs):
+        answer = original(*args, **kwargs)
+        monkeypatch.setattr(shutdown, "requested", lambda: True)
+        return answer
+
+    monkeypatch.setattr(module, name, then_shutdown)
+
+
+def _queued_without_doorbell(doorbells) -> set[int]:
+    return set(Job.objects.filter(status=S.QUEUED).values_list("pk", flat=True)) - set(doorbells)
+
+
+@pytest.mark.parametrize("path", ["single", "batch"])
+def test_a_shutdown_before_the_follow_on_rings_for_it(monkeypatch, doorbells, path):
     flow = enqueue(workflows.chain(("tests.wf.add", {"n": 1}), ("tests.wf.add", {"n": 10})))
     first, second = _nodes(flow)
-    published, rung = [], []
-    monkeypatch.setattr(release, "publish_on_commit", lambda jobs: published.extend(jobs))
-    monkeypatch.setattr(batches, "_ring_again", lambda anchor, n: rung.append((anchor, n)))
-    ended = completer.succeed_many
-
-    def succeed_many(successes, **kwargs):  # a warm shutdown comes as the first step ends
-        settled = ended(successes, **kwargs)
-        monkeypatch.setattr(shutdown, "requested", lambda: True)
-        return settled
-
-    monkeypatch.setattr(completer, "succeed_many", succeed_many)
-    add([first.pk])
+    doorbells.clear()  # the first step's
+    _shutdown_after(monkeypatch, completer, "succeed_many")  # as the first step's end commits
+    add(first.pk if path == "single" else [first.pk])
     second.refresh_from_db()
-    assert second.status == S.QUEUED and published == []  # released, held for this message
-    assert rung == [(second.pk, 1)]  # which leaves it: its doorbell rung now
+    assert second.status == S.QUEUED and doorbells == [second.pk]
 
 
-def test_a_follow_on_held_by_a_worker_that_dies_is_re_sent_by_the_sweeper(monkeypatch, settings):
+def test_a_shutdown_with_doorbells_of_its_own_left_rings_for_those_and_the_follow_on(
+    monkeypatch, doorbells
+):
+    """A message of two jobs, a chunk each: a shutdown after the first leaves the second
+    job (its doorbell rung again) and the step the first released (its owed doorbell)."""
+    monkeypatch.setattr(batches, "chunk_size", lambda task, wanted: 1)
+    flow = enqueue(workflows.chain(("tests.wf.add", {"n": 1}), ("tests.wf.add", {"n": 10})))
+    first, second = _nodes(flow)
+    with transaction.atomic():
+        other = services.enqueue("tests.wf.add", {"n": 5})
+    doorbells.clear()  # theirs
+    _shutdown_after(monkeypatch, batches, "_run_chunk")
+    add([first.pk, other.pk])
+    assert set(Job.objects.filter(status=S.QUEUED).values_list("pk", flat=True)) == {
+        second.pk,
+        other.pk,
+    }
+    assert _queued_without_doorbell(doorbells) == set()
+
+
+def test_the_ring_for_unused_doorbells_is_for_the_messages_own_task(monkeypatch, doorbells):
+    """An older due job of another task in the same queue does not take it."""
+    monkeypatch.setattr(batches, "chunk_size", lambda task, wanted: 1)
+    with transaction.atomic():
+        older = services.enqueue("tests.wf.collect", {})
+        first, second = (services.enqueue("tests.wf.add", {"n": n}) for n in (1, 2))
+    doorbells.clear()
+    _shutdown_after(monkeypatch, batches, "_run_chunk")
+    add([first.pk, second.pk])
+    assert doorbells == [second.pk] and older.pk not in doorbells
+
+
+def test_follow_ons_a_rate_refuses_each_get_their_doorbell(doorbells):
+    flow = enqueue(
+        workflows.chain(
+            ("tests.wf.rated", {"n": 1}),
+            workflows.group(("tests.wf.rated", {"n": 2}), ("tests.wf.rated", {"n": 3})),
+        )
+    )
+    first, *follow = _nodes(flow)
+    doorbells.clear()  # the first step's
+    rated(first.pk)  # runs, releases both; the rate refuses the next start for a second
+    assert Job.objects.get(pk=first.pk).status == S.SUCCEEDED
+    assert {job.pk for job in follow} <= set(doorbells)
+    assert _queued_without_doorbell(doorbells) == set()
+
+
+def test_a_follow_on_gets_its_doorbell_when_run_ended_raises(doorbells):
+    """A django.tasks step whose ``task_finished`` receiver raises, after its end committed."""
+    flow = enqueue(
+        workflows.chain(
+            (djangotasks.add, {"kwargs": {"x": 1, "y": 2}}),
+            (djangotasks.add, {"kwargs": {"x": 3, "y": 4}}),
+        )
+    )
+    first, second = _nodes(flow)
+    doorbells.clear()  # the first step's
+
+    def receiver(sender, **kwargs):
+        raise RuntimeError("a receiver's bug")
+
+    task_finished.connect(receiver, weak=False)
+    try:
+        with pytest.raises(RuntimeError):
+            django_task(first.pk)
+    finally:
+        task_finished.disconnect(receiver)
+    second.refresh_from_db()
+    assert second.status == S.QUEUED and doorbells == [second.pk]
+
+
+def test_a_follow_on_held_by_a_worker_that_dies_is_re_sent_by_the_sweeper(
+    monkeypatch, settings, doorbells
+):
     settings.CONVEYOR_SWEEPER_GRACE = timedelta(seconds=0)
     flow = enqueue(workflows.chain(("tests.wf.add", {"n": 1}), ("tests.wf.add", {"n": 10})))
     first, second = _nodes(flow)
-    published = []
-    monkeypatch.setattr(release, "publish_on_commit", lambda jobs: published.extend(jobs))
-    written = batches._Ran.write
+    doorbells.clear()  # the first step's
 
-    def write_then_die(ran, *args, **kwargs):  # the process is killed once the release commits
-        written(ran, *args, **kwargs)
+    def killed(jobs):  # the process is killed before the doorbell it owes goes out
         raise SystemExit("killed")
 
-    monkeypatch.setattr(batches._Ran, "write", write_then_die)
+    monkeypatch.setattr(batches, "publish", killed)
+    _shutdown_after(monkeypatch, completer, "succeed_many")  # so that it does not run it
     with pytest.raises(SystemExit):
         add([first.pk])
     second.refresh_from_db()
-    assert second.status == S.QUEUED and second.publish_count == 0 and published == []
+    assert second.status == S.QUEUED and second.publish_count == 0 and doorbells == []
     sent = []
     monkeypatch.setattr(sweeper, "publish", lambda jobs: sent.extend(jobs) or len(jobs))
     assert sweeper.sweep().republished == 1
