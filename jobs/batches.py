@@ -26,6 +26,7 @@ one job: a chunk must not take a nearly full limit's last slots to run them one 
 another); a rate, a key rule or fairness claims one job at a time (jobs.limiter).
 """
 
+import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -37,6 +38,8 @@ from jobs import completer, limiter, shutdown, statements
 from jobs.lease import keeper
 from jobs.models import Job
 from jobs.publish import publish
+
+logger = logging.getLogger("jobs")
 
 # How long, by its bodies' recent run times, a chunk is expected to run.
 CHUNK_BUDGET = 0.05
@@ -92,11 +95,12 @@ def run(
     message's ends released (a workflow's next step or callback, written by a chunk's
     successes here): the message claims the best runnable jobs of its task and queue for
     them, so they need not wait for a doorbell to reach a free worker. Those its last chunk
-    released get no doorbell of their own meanwhile (``ring_released``; earlier ones do, as
-    other workers may be idle): the message owes them one, and sends it for each it has not
-    claimed once it stops claiming — the claim took other jobs, a limit or a pause refused
-    it, a shutdown or an error came. A worker killed meanwhile leaves them to the sweeper.
-    ``held``: ``ids`` are such jobs already (jobs.task's single path), owed as well.
+    released get no doorbell of their own until its next claim (``ring_released``; earlier
+    ones do, as other workers may be idle): the message owes them one, and sends it for each
+    that claim did not take (a chunk of one for slow bodies, other jobs first, a limit or a
+    pause refusing it), or when a shutdown or an error ends it first. A worker killed
+    meanwhile leaves them to the sweeper. ``held``: ``ids`` are such jobs already
+    (jobs.task's single path), owed as well.
     """
     wanted, ran, queue = len(ids), _Ran(), None
     owed = {job.pk: job for job in held}  # released here, no doorbell yet
@@ -110,11 +114,11 @@ def run(
                 settled, claimed = _settle_and_claim(task, ran, anchor, count, plan, worker, freed)
                 for job in claimed:
                     owed.pop(job.pk, None)
+                _ring_owed(owed)  # not in this chunk: another worker may take them meanwhile
                 _tell(task, settled)
                 wanted = wanted - len(claimed) if claimed else 0  # none: nothing runnable now
                 queue = queue or (claimed[0].queue if claimed else None)
                 ran = _run_chunk(task, claimed)
-            _ring_owed(owed)  # the ones this round did not claim
             last: list[Job] = []
             try:
                 _tell(task, ran.write(last, ring_released=False))
@@ -140,11 +144,17 @@ def following(freed: list[Job], task: str, queue: str | None) -> list[Job]:
 
 
 def _ring_owed(owed: dict[int, Job]) -> None:
-    """Send the doorbells of the released jobs this message held and did not claim."""
-    if owed:
-        jobs = list(owed.values())
-        owed.clear()
+    """Send the doorbells of the released jobs this message held and did not claim. A
+    failure is logged, never raised: the successes written meanwhile must still be told,
+    and the sweeper re-sends what did not go out."""
+    if not owed:
+        return
+    jobs = list(owed.values())
+    owed.clear()
+    try:
         publish(jobs)
+    except Exception as exc:
+        logger.warning("job.publish_failed", extra={"error": repr(exc), "published": 0})
 
 
 class _Ran:

@@ -191,6 +191,59 @@ def test_follow_ons_a_rate_refuses_each_get_their_doorbell(doorbells):
     assert _queued_without_doorbell(doorbells) == set()
 
 
+def test_follow_ons_of_a_slow_task_that_the_next_chunk_leaves_get_their_doorbells(
+    monkeypatch, doorbells
+):
+    """Bodies slow here make chunks of one: the members this process does not take at once
+    are rung before it runs the one it took, for other workers to run meanwhile."""
+    monkeypatch.setattr(batches, "_recent_seconds", {"tests.wf.add": 1.0})
+    steps = [("tests.wf.add", {"n": n}) for n in range(3)]
+    flow = enqueue(workflows.chain(("tests.wf.add", {"n": 1}), workflows.group(*steps)))
+    first, *members = _nodes(flow)
+    doorbells.clear()  # the first step's
+    unrung_while_running = []
+    run_chunk = batches._run_chunk
+
+    def spy(task, claimed):
+        unrung_while_running.append(_queued_without_doorbell(doorbells))
+        return run_chunk(task, claimed)
+
+    monkeypatch.setattr(batches, "_run_chunk", spy)
+    add(first.pk)
+    assert len(doorbells) == 2 and set(doorbells) < {member.pk for member in members}
+    assert all(unrung == set() for unrung in unrung_while_running), unrung_while_running
+
+
+def test_a_doorbell_that_fails_to_go_out_loses_no_success(monkeypatch, doorbells):
+    """The follow-on's doorbell raises (a bug, not a broker that is away): the job the
+    message claimed instead still has its run written; the follow-on is the sweeper's."""
+    flow = enqueue(workflows.chain(("tests.wf.add", {"n": 1}), ("tests.wf.add", {"n": 10})))
+    first, second = _nodes(flow)
+    better = []
+    ended = completer.succeed_many
+
+    def then_a_better_job(*args, **kwargs):  # due as the first step's end commits
+        answer = ended(*args, **kwargs)
+        if not better:
+            with transaction.atomic():
+                better.append(services.enqueue("tests.wf.add", {"n": 5}, priority=50))
+        return answer
+
+    monkeypatch.setattr(completer, "succeed_many", then_a_better_job)
+    warned = []
+
+    def broken(jobs):
+        raise RuntimeError("a bug in the doorbell's path")
+
+    monkeypatch.setattr(batches, "publish", broken)
+    monkeypatch.setattr(batches.logger, "warning", lambda event, **kwargs: warned.append(event))
+    add(first.pk)  # the follow-on's claim takes the better job first
+    assert Job.objects.get(pk=first.pk).status == S.SUCCEEDED
+    assert Job.objects.get(pk=better[0].pk).status == S.SUCCEEDED
+    assert Job.objects.get(pk=second.pk).status == S.QUEUED
+    assert warned == ["job.publish_failed"]
+
+
 def test_a_follow_on_gets_its_doorbell_when_run_ended_raises(doorbells):
     """A django.tasks step whose ``task_finished`` receiver raises, after its end committed."""
     flow = enqueue(
