@@ -143,18 +143,23 @@ def following(freed: list[Job], task: str, queue: str | None) -> list[Job]:
     return [job for job in freed if (job.task, job.queue) == (task, queue)]
 
 
-def _ring_owed(owed: dict[int, Job]) -> None:
-    """Send the doorbells of the released jobs this message held and did not claim. A
-    failure is logged, never raised: the successes written meanwhile must still be told,
-    and the sweeper re-sends what did not go out."""
-    if not owed:
+def ring_owed(jobs: list[Job]) -> None:
+    """Send the doorbells of released jobs held for a message that will not claim them. A
+    failure is logged, never raised: the successes written meanwhile must still be told (or
+    the error that ended the message reported), and the sweeper re-sends what did not go
+    out."""
+    if not jobs:
         return
-    jobs = list(owed.values())
-    owed.clear()
     try:
         publish(jobs)
     except Exception as exc:
         logger.warning("job.publish_failed", extra={"error": repr(exc), "published": 0})
+
+
+def _ring_owed(owed: dict[int, Job]) -> None:
+    jobs = list(owed.values())
+    owed.clear()  # first: whatever happens next, none is rung twice
+    ring_owed(jobs)
 
 
 class _Ran:

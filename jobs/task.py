@@ -207,8 +207,7 @@ class JobTask(Task):
             for ended, succeeded in settled:
                 self._ended(ended, succeeded=succeeded)
         except BaseException:
-            if follow:
-                publish.publish(follow)
+            batches.ring_owed(follow)
             raise
         return follow
 

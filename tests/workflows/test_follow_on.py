@@ -98,7 +98,7 @@ def doorbells(monkeypatch) -> list[int]:
     for module, name in (
         (release, "publish_on_commit"),  # a release's
         (batches, "publish"),  # a follow-on the message held and did not claim
-        (publish, "publish"),  # the single path's, when its run_ended raises
+        (publish, "publish"),  # an enqueue's, once it commits
         (queues, "publish"),  # a shutdown's ring for the message's unused doorbells
         (limiter, "publish_on_commit"),  # a limit's
     ):
