@@ -7,8 +7,9 @@ is parsed here, never turned into an ORM lookup path, so no value can reach anot
   value is read as JSON when it parses (``42``, ``true``, ``"42"``), else as text; a number
   or boolean also matches the same text (``42`` matches ``"42"``). On PostgreSQL it is a
   jsonb containment (``payload @> '{"customer": {"id": 42}}'``) answered by the GIN index
-  ``job_payload_path_idx`` (``jsonb_path_ops``, migration 0017); on SQLite a JSON1 path
-  comparison, which reads every row the other filters leave.
+  ``job_payload_search_idx`` (jobs.payload_search: a workflow job's ``members`` are not
+  searched); on SQLite a JSON1 path comparison, which reads every row the other filters
+  leave.
   Offered to whoever may view jobs: the job page shows the whole payload to the same people
   (``can_filter_payload``), and a payload holds no field the console keeps secret.
 * **error class** ``ValueError`` (or ``builtins.ValueError``): jobs whose ``last_error``
@@ -28,7 +29,7 @@ from django.db import connection
 from django.db.models import Q
 from django.db.models.fields.json import KeyTransform
 
-from jobs import owners
+from jobs import owners, payload_search
 
 # A path deeper than this, or a value longer, is refused as a bad filter.
 MAX_PATH_DEPTH = 8
@@ -81,7 +82,7 @@ def payload_filter(queryset, text: str):
     where = Q(pk__in=[])
     if connection.vendor == "postgresql":
         for item in _candidates(value):
-            where |= Q(payload__contains=_nested(keys, item))
+            where |= payload_search.contains(_nested(keys, item))
         return queryset.filter(where)
     expression = "payload"
     for key in keys:

@@ -15,6 +15,8 @@ from django.db.models import Case, CharField, F, Q, Value, When
 from django.db.models.fields.json import KT
 from django.db.models.functions import Coalesce
 
+from jobs import payload_search
+
 DJANGO_TASK = "jobs.django_task"
 
 
@@ -48,12 +50,12 @@ def matching(name: str, *, function_path: bool) -> Q:
     """The jobs shown under ``name``: a function's django.tasks jobs, or a task's jobs.
 
     On PostgreSQL a function's jobs are found with ``payload @> {"path": name}``, which the
-    payload's GIN index (migration 0017) answers; elsewhere by the payload's ``path`` key.
+    payload's GIN index answers (jobs.payload_search); elsewhere by the payload's ``path`` key.
     """
     if not function_path:
         return Q(task=name)
     if connection.vendor == "postgresql":
-        return Q(task=DJANGO_TASK, payload__contains={"path": name})
+        return Q(task=DJANGO_TASK) & payload_search.contains({"path": name})
     return Q(task=DJANGO_TASK, payload__path=name)
 
 

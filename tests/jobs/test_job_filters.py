@@ -68,6 +68,33 @@ def test_payload_filter_by_key_and_by_path(console):
     assert response.status_code == 302 and "e=1" in response["Location"]
 
 
+def test_a_workflow_jobs_members_are_not_searched_but_other_keys_are(console):
+    from jobs import workflows
+
+    flow = workflows.chord([("jobs.noop", {"team": "ops"})], ("jobs.noop", {"team": "ops"}))
+    member, callback = flow.enqueue().enqueued_jobs
+    # As the engine releases a callback: its members' outcomes written into its payload.
+    Job.objects.filter(pk=callback.pk).update(
+        payload={"team": "ops", "members": {"status": "succeeded"}}
+    )
+    own = _job({"team": "ops", "members": {"status": "succeeded"}})  # not a workflow's
+    assert _ids(console, payload="team=ops") == {member.pk, callback.pk, own.pk}
+    assert _ids(console, payload="members.status=succeeded") == {own.pk}
+
+
+def test_the_payload_filter_is_answered_by_its_index():
+    from django.db import connection
+
+    from jobs.filters import payload_filter
+
+    if connection.vendor != "postgresql":
+        pytest.skip("the index is PostgreSQL's")
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")  # a tiny table: the index if usable
+        plan = payload_filter(Job.objects.all(), "customer.id=42").explain()
+    assert "job_payload_search_idx" in plan, plan
+
+
 def test_the_payload_filter_is_offered_and_counted(console):
     _job({"region": "eu"})
     response = console.get(URL, {"payload": "region=eu"})
