@@ -109,9 +109,11 @@ def run(
         while wanted:
             freed: list[Job] = []
             while wanted and not shutdown.requested():
-                anchor = ids[len(ids) - wanted]  # a job the message names: its queue's the claim's
+                # The first is a job the message names (its queue is the claim's); all are
+                # rung again together if a rate refuses the claim.
+                unused = ids[len(ids) - wanted :]
                 count = chunk_size(task.name, wanted)
-                settled, claimed = _settle_and_claim(task, ran, anchor, count, plan, worker, freed)
+                settled, claimed = _settle_and_claim(task, ran, unused, count, plan, worker, freed)
                 for job in claimed:
                     owed.pop(job.pk, None)
                 _ring_owed(owed)  # not in this chunk: another worker may take them meanwhile
@@ -193,29 +195,30 @@ class _Ran:
 
 
 def _settle_and_claim(
-    task: Runner, ran: _Ran, anchor: int, count: int, plan, worker: str, released: list[Job]
+    task: Runner,
+    ran: _Ran,
+    unused: list[int],
+    count: int,
+    plan,
+    worker: str,
+    released: list[Job],
 ):
-    """Write ``ran``'s successes and claim the next chunk; after a dropped connection (a
-    database restart) write them on a new one, then claim: neither is lost with it. (Had the
-    drop come after the commit, the chunk it claimed is left to its leases and the reaper.)"""
+    """Write ``ran``'s successes and claim the next chunk for the first of the message's
+    ``unused`` doorbells (all of them rung again if a rate refuses it); after a dropped
+    connection (a database restart) write them on a new one, then claim: neither is lost
+    with it. (Had the drop come after the commit, the chunk it claimed is left to its leases
+    and the reaper.)"""
+    claim = {"plan": plan, "task": task.name, "worker": worker, "doorbells": unused}
     try:
         settled, claimed = completer.succeed_many_and_claim(
-            ran.successes,
-            anchor,
-            count,
-            plan=plan,
-            task=task.name,
-            worker=worker,
-            released=released,
+            ran.successes, unused[0], count, released=released, **claim
         )
         ran.written()
         return settled, claimed
     except (OperationalError, InterfaceError):
         connection.close()
         settled = ran.write(released)
-        _, claimed = completer.succeed_many_and_claim(
-            [], anchor, count, plan=plan, task=task.name, worker=worker
-        )
+        _, claimed = completer.succeed_many_and_claim([], unused[0], count, **claim)
         return settled, claimed
 
 

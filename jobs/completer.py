@@ -16,6 +16,7 @@ limit, one transaction.
 
 import json
 from collections import Counter
+from collections.abc import Sequence
 from copy import copy
 from datetime import datetime
 from functools import partial
@@ -111,6 +112,7 @@ def succeed_many_and_claim(
     task: str,
     worker: str,
     released: list[Job] | None = None,
+    doorbells: Sequence[int] = (),
 ) -> tuple[list[tuple[Job, bool]], list[Job]]:
     """Write a chunk's successes and claim up to ``count`` jobs for ``job_id``'s doorbell.
 
@@ -122,6 +124,8 @@ def succeed_many_and_claim(
     meanwhile ends it cancelled; a run taken away is left out), and the jobs claimed, best
     first. ``released``: a list to add the jobs these ends released to (workflows'
     dependants now queued: the claim came before their release and did not see them).
+    ``doorbells``: the message's unused ids, rung again together if a rate refuses the claim
+    (jobs.limiter).
     """
     if plan is None and not _any_workflow(successes):
         ended, claimed = statements.end_successes_and_claim(
@@ -149,7 +153,7 @@ def succeed_many_and_claim(
             else:
                 ended = _end_successes(successes)
                 claimed, holds = limiter.claim_reading_holds(
-                    plan, job_id, task=task, worker=worker, count=count
+                    plan, job_id, task=task, worker=worker, count=count, doorbells=doorbells
                 )
             # Last before the commit: the dependants' row locks are held for as short as can be.
             ended_jobs = [success.job for success in successes if success.job.pk in ended]

@@ -17,7 +17,10 @@ A job held back stays queued and spends no attempt. Its doorbell is dropped when
 what it waits for: the refusal marks the state row (``held_at``), and the next run of the
 queue or task to end rings for the best due job (``wake``) until one finds none due; a limit
 that doesn't bind sends no extra doorbell. When a rate is what it waits for it is rung again
-for when the window frees. Times are the workers' clocks: keep the hosts in NTP.
+for when the window frees: with every doorbell its message had left (``doorbells``, a batch
+message's unused ids), in one message, so a backlog of a rated task sent in batch messages
+keeps its doorbells until each has claimed a job. Times are the workers' clocks: keep the hosts
+in NTP.
 
 On PostgreSQL a claim under limits without a rate or fairness sends the lock and the pick in
 one round trip, decided in SQL (jobs.claim_at_once); this module's statement-at-a-time path
@@ -25,7 +28,7 @@ is the rest, and the reference that one is tested against.
 """
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import cache
@@ -36,7 +39,7 @@ from django.utils import timezone
 from jobs import claim_at_once, conf, limits, statements
 from jobs.limits import Limit, Rate
 from jobs.models import PENDING, Job, JobStatus, LimitKeyState, QueueState, TaskState
-from jobs.publish import SCHEDULE_HORIZON_SECONDS, publish_on_commit
+from jobs.publish import SCHEDULE_HORIZON_SECONDS, publish_on_commit, ring_later
 
 S = JobStatus
 TABLE = statements.TABLE
@@ -85,19 +88,36 @@ def claim(plan: Plan, job_id: int, *, task: str, worker: str, only: int | None =
     return jobs[0] if jobs else None
 
 
-def claim_reading_holds(plan: Plan, job_id: int, *, task: str, worker: str, count: int = 1):
+def claim_reading_holds(
+    plan: Plan,
+    job_id: int,
+    *,
+    task: str,
+    worker: str,
+    count: int = 1,
+    doorbells: Sequence[int] = (),
+):
     """``claim`` of up to ``count`` jobs inside the caller's transaction (runs' ends just
     written in it); return the claimed jobs, best first, and the ``Holds`` its lock read
     (None if the job is gone). More than one only under a limit that counts slots alone
-    (``Plan.takes_chunks``).
+    (``Plan.takes_chunks``). ``doorbells``: the ids a batch message has not used yet, ``job_id``
+    first, all rung again if a rate window refuses the claim.
 
     The marks are read under the claim's lock, after the ends: an end that rides on a claim
     needs no read of its own to know whether to ring (jobs.completer).
     """
-    return _claim(plan, job_id, task, worker, None, count)
+    return _claim(plan, job_id, task, worker, None, count, doorbells)
 
 
-def _claim(plan: Plan, job_id: int, task: str, worker: str, only: int | None, count: int):
+def _claim(
+    plan: Plan,
+    job_id: int,
+    task: str,
+    worker: str,
+    only: int | None,
+    count: int,
+    doorbells: Sequence[int] = (),
+):
     limit = plan.limit
     if not plan.takes_chunks:
         count = 1
@@ -132,14 +152,14 @@ def _claim(plan: Plan, job_id: int, task: str, worker: str, only: int | None, co
     if rate is not None:
         free_at = _window_free_at(starts, rate, now)
         if free_at is not None:
-            _ring_at(job_id, free_at)
+            _ring_at(job_id, free_at, doorbells)
             return [], holds
     jobs, full = _pick_and_claim(queue, limit, task, worker, now, only, counted, count)
     if full:  # the task's slots ran out before the chunk was whole
         _held(TaskState, task)
     if not jobs:
         if limit is not None and limit.key_rate:
-            _ring_when_a_key_frees(job_id, task, now)
+            _ring_when_a_key_frees(job_id, task, now, doorbells)
         if limit is not None and limit.key_concurrency and _any_due(TaskState, task, queue):
             _held(TaskState, task)  # its keys' slots may be what holds it
         return [], holds
@@ -269,25 +289,35 @@ def _record_key_start(task: str, key: str, rate: Rate | None, now: datetime) -> 
     )
 
 
-def _ring_at(job_id: int, when: datetime) -> None:
-    """Ring for ``job_id`` again once ``when`` has come (after this transaction commits).
+def _ring_at(job_id: int, when: datetime, doorbells: Sequence[int] = ()) -> None:
+    """Ring for ``job_id`` again once ``when`` has come (after this transaction commits);
+    with ``doorbells`` (a batch message's unused ids), all of them, in one message.
 
     No later than the publish horizon (an hour's window can be full for longer, and a
     doorbell beyond the horizon is not sent): a claim then looks again and re-rings.
     """
     job = Job.objects.filter(pk=job_id).only("id", "task", "queue").first()
-    if job is not None:
-        horizon = timezone.now() + timedelta(seconds=SCHEDULE_HORIZON_SECONDS)
-        job.run_after = min(when + timedelta(milliseconds=5), horizon)
+    if job is None:
+        return
+    horizon = timezone.now() + timedelta(seconds=SCHEDULE_HORIZON_SECONDS)
+    job.run_after = min(when + timedelta(milliseconds=5), horizon)
+    if len(doorbells) > 1:
+        ids = list(doorbells)
+        transaction.on_commit(
+            lambda: ring_later(job.task, job.queue, ids, job.run_after), robust=True
+        )
+    else:
         publish_on_commit([job])
 
 
-def _ring_when_a_key_frees(job_id: int, task: str, now: datetime) -> None:
+def _ring_when_a_key_frees(
+    job_id: int, task: str, now: datetime, doorbells: Sequence[int] = ()
+) -> None:
     """Nothing could start: if a key's rate window is what holds them, ring when it frees."""
     held = LimitKeyState.objects.filter(task=task, full_until__gt=now).order_by("full_until")
     first = held.values_list("full_until", flat=True).first()
     if first is not None:
-        _ring_at(job_id, first)
+        _ring_at(job_id, first, doorbells)
 
 
 @cache

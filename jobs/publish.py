@@ -102,6 +102,28 @@ def publish(jobs: Iterable[Job]) -> int:
     return sent
 
 
+def ring_later(task: str, queue: str, ids: list[int], when: datetime) -> None:
+    """Send one message of ``ids`` doorbells for ``task`` in ``queue``, due at ``when``: a
+    batch message's unused doorbells, rung again when a rate window frees (jobs.limiter).
+    Its claims take the best runnable jobs, whichever the ids are. A failure is logged (the
+    sweeper re-sends what is still queued)."""
+    from project.celery import app
+
+    countdown = max(0.0, (when - timezone.now()).total_seconds())
+    try:
+        app.send_task(
+            task,
+            args=[ids],
+            queue=queue,
+            countdown=countdown or None,
+            retry=True,
+            retry_policy=PUBLISH_RETRY_POLICY,
+            headers=DOORBELL_HEADERS,
+        )
+    except broker_errors(app) as exc:
+        logger.warning("job.publish_failed", extra={"error": repr(exc), "published": 0})
+
+
 @cache
 def broker_errors(app: Celery) -> tuple[type[BaseException], ...]:
     """What a broker that is away or refusing raises, for this transport (kombu's own lists).

@@ -333,6 +333,12 @@ def rated_task(ctx: JobContext):
     return _occupy_keyed(ctx)
 
 
+@shared_task(base=JobTask, name="tests.task_rated", limit=Limit(rate="10/s"))
+def task_rated_task(ctx: JobContext):
+    """At most 10 starts in any second, whatever the tenant (see ``_occupy_keyed``)."""
+    return _occupy_keyed(ctx)
+
+
 @shared_task(base=JobTask, name="tests.fair", limit=Limit(key=("tenant",), fair=True))
 def fair_task(ctx: JobContext):
     """Tenants served round-robin (see ``_occupy_keyed``)."""

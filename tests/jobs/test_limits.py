@@ -418,6 +418,25 @@ def test_a_per_key_rate_gives_no_window_above_it_across_workers(start_worker):
     assert a_starts[-1] - a_starts[0] >= timedelta(seconds=RATE_SECONDS - 1)
 
 
+@pytest.mark.parametrize(("task", "per_second"), [("tests.rated", 5), ("tests.task_rated", 10)])
+def test_a_rated_backlog_sent_in_batch_messages_keeps_every_doorbell(
+    start_worker, task, per_second
+):
+    """64 jobs enqueued together go out as 16 messages of 4 doorbells. A rate window that
+    refuses a message's claim rings all its unused doorbells again when it frees, not one:
+    with no sweeper running, every job still starts, at the rate."""
+    key = f"backlog:{uuid.uuid4().hex}"
+    ids = [job.pk for job in services.enqueue_many(task, [{"key": key, "tenant": "a"}] * 64)]
+    start_worker(queues="default", concurrency=2)
+    wait_until(
+        lambda: Job.objects.filter(pk__in=ids, status=S.SUCCEEDED).count() == len(ids),
+        timeout=4 * len(ids) / per_second,
+        message="the rated backlog to drain on its doorbells",
+    )
+    starts = sorted(Job.objects.filter(pk__in=ids).values_list("started_at", flat=True))
+    assert starts[-1] - starts[0] >= timedelta(seconds=len(ids) / per_second - 2)
+
+
 def test_with_fair_sharing_a_small_tenant_is_not_starved_by_a_big_one(start_worker):
     key = f"fair:{uuid.uuid4().hex}"
     big = services.enqueue_many("tests.fair", [{"key": key, "tenant": "a"}] * 1000)
