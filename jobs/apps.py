@@ -1,5 +1,5 @@
 from django.apps import AppConfig
-from django.db.models.signals import post_migrate
+from django.db.models.signals import post_migrate, pre_delete
 
 
 def _ensure_accounting_triggers(using: str = "default", **kwargs) -> None:
@@ -26,6 +26,12 @@ class JobsConfig(AppConfig):
         conf.validate()
         post_migrate.connect(
             _ensure_accounting_triggers, sender=self, dispatch_uid="jobs.accounting.triggers"
+        )
+        from jobs.models import Workflow
+        from jobs.workflows.state import refuse_deleting_a_running_workflow
+
+        pre_delete.connect(
+            refuse_deleting_a_running_workflow, sender=Workflow, dispatch_uid="jobs.workflow.delete"
         )
         _check_task_declarations()
         _check_schedules()

@@ -1,7 +1,7 @@
 """A workflow as read and as operated: its status, its nodes, its cancel."""
 
 from django.db import transaction
-from django.db.models import Count, Q
+from django.db.models import Count, ProtectedError, Q
 from django.utils import timezone
 
 from jobs.errors import IllegalTransition, JobNotFound
@@ -154,3 +154,18 @@ def workflow_cancel(workflow_id: int, *, actor: str) -> Workflow:
             },
         )
     return workflow
+
+
+def still_running(workflow: Workflow) -> bool:
+    """Whether some job of ``workflow`` has not ended (one index probe)."""
+    return Job.objects.filter(workflow_id=workflow.pk).exclude(status__in=FINISHED).exists()
+
+
+def refuse_deleting_a_running_workflow(sender, instance: Workflow, **kwargs) -> None:
+    """``pre_delete`` of a Workflow: refused while a job of it has not ended. Its waiting
+    jobs would be left waiting for good (their edges are its), so cancel it first; a
+    finished workflow's row may go (the purge deletes those with no job left)."""
+    if still_running(instance):
+        raise ProtectedError(
+            f"workflow {instance.pk} has jobs that have not ended: cancel it first", set()
+        )

@@ -66,6 +66,25 @@ def test_cancel_from_the_console_needs_cancel_job():
     assert client.get("/admin/jobs/workflow/999999/change/").status_code == 404
 
 
+def test_a_running_workflow_cannot_be_deleted_an_ended_one_can():
+    """Its waiting jobs would wait for good: the console offers no delete, and the ORM's is
+    refused until the workflow is cancelled (or ends)."""
+    from django.db.models import ProtectedError
+
+    from jobs.models import Workflow
+
+    flow = _diamond()
+    url = f"/admin/jobs/workflow/{flow.pk}/delete/"
+    assert _client("view_job", "delete_workflow").post(url, {"post": "yes"}).status_code == 403
+    with pytest.raises(ProtectedError, match="cancel it first"):
+        Workflow.objects.filter(pk=flow.pk).delete()
+    assert Job.objects.filter(workflow=flow).count() == 4
+    workflows.workflow_cancel(flow.pk, actor="test")
+    Workflow.objects.filter(pk=flow.pk).delete()
+    assert not Workflow.objects.filter(pk=flow.pk).exists()
+    assert not Job.objects.filter(status=S.WAITING).exists()
+
+
 def test_a_second_cancel_and_a_workflow_whose_jobs_were_purged_answer_pages_not_errors():
     flow = _diamond()
     client = _client("view_job", "cancel_job")

@@ -11,6 +11,7 @@ from celery import chain as celery_chain
 from celery import chord as celery_chord
 from celery import group as celery_group
 from django.db import transaction
+from django.db.models import ProtectedError
 from django.test import override_settings
 
 from jobs import completer, outcome, services, workflows
@@ -306,6 +307,9 @@ def test_a_workflows_keys_are_checked_by_nothing_at_commit_and_edges_go_with_the
     nodes = _nodes(flow)
     assert JobDependency.objects.filter(workflow=flow).count() == 2
 
+    with pytest.raises(ProtectedError):  # running: its waiting callback would wait for good
+        Workflow.objects.filter(pk=flow.pk).delete()
+    workflows.workflow_cancel(flow.pk, actor="test")
     Workflow.objects.filter(pk=flow.pk).delete()  # its jobs let go of it; edges stay theirs
     assert Job.objects.filter(pk__in=[job.pk for job in nodes], workflow=None).count() == 3
     assert JobDependency.objects.filter(workflow_id=flow.pk).count() == 2
