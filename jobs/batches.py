@@ -109,11 +109,16 @@ def run(
         while wanted:
             freed: list[Job] = []
             while wanted and not shutdown.requested():
-                # The first is a job the message names (its queue is the claim's); all are
-                # rung again together if a rate refuses the claim.
+                # The first is a job the message names (its queue is the claim's). A rate
+                # that refuses the claim rings the message's own unused doorbells again; the
+                # jobs it released and claims for are owed theirs (``owed``, rung below) or
+                # were rung already, so then it rings none.
                 unused = ids[len(ids) - wanted :]
+                doorbells = unused if own else ()
                 count = chunk_size(task.name, wanted)
-                settled, claimed = _settle_and_claim(task, ran, unused, count, plan, worker, freed)
+                settled, claimed = _settle_and_claim(
+                    task, ran, unused[0], count, plan, worker, freed, doorbells
+                )
                 for job in claimed:
                     owed.pop(job.pk, None)
                 _ring_owed(owed)  # not in this chunk: another worker may take them meanwhile
@@ -197,28 +202,32 @@ class _Ran:
 def _settle_and_claim(
     task: Runner,
     ran: _Ran,
-    unused: list[int],
+    anchor: int,
     count: int,
     plan,
     worker: str,
     released: list[Job],
+    doorbells: Sequence[int],
 ):
-    """Write ``ran``'s successes and claim the next chunk for the first of the message's
-    ``unused`` doorbells (all of them rung again if a rate refuses it); after a dropped
+    """Write ``ran``'s successes and claim the next chunk for ``anchor``'s doorbell (with
+    ``doorbells``, rung again if a rate refuses the claim: jobs.limiter); after a dropped
     connection (a database restart) write them on a new one, then claim: neither is lost
     with it. (Had the drop come after the commit, the chunk it claimed is left to its leases
-    and the reaper.)"""
-    claim = {"plan": plan, "task": task.name, "worker": worker, "doorbells": unused}
+    and the reaper; and a rate's refusal may have rung ``doorbells`` already, so the claim
+    made again rings for ``anchor`` alone: any other doorbell lost is the sweeper's.)"""
+    claim = {"plan": plan, "task": task.name, "worker": worker}
     try:
         settled, claimed = completer.succeed_many_and_claim(
-            ran.successes, unused[0], count, released=released, **claim
+            ran.successes, anchor, count, released=released, doorbells=doorbells, **claim
         )
         ran.written()
         return settled, claimed
     except (OperationalError, InterfaceError):
         connection.close()
         settled = ran.write(released)
-        _, claimed = completer.succeed_many_and_claim([], unused[0], count, **claim)
+        _, claimed = completer.succeed_many_and_claim(
+            [], anchor, count, doorbells=doorbells[:1], **claim
+        )
         return settled, claimed
 
 

@@ -112,7 +112,7 @@ def succeed_many_and_claim(
     task: str,
     worker: str,
     released: list[Job] | None = None,
-    doorbells: Sequence[int] = (),
+    doorbells: Sequence[int] | None = None,
 ) -> tuple[list[tuple[Job, bool]], list[Job]]:
     """Write a chunk's successes and claim up to ``count`` jobs for ``job_id``'s doorbell.
 
@@ -124,8 +124,8 @@ def succeed_many_and_claim(
     meanwhile ends it cancelled; a run taken away is left out), and the jobs claimed, best
     first. ``released``: a list to add the jobs these ends released to (workflows'
     dependants now queued: the claim came before their release and did not see them).
-    ``doorbells``: the message's unused ids, rung again together if a rate refuses the claim
-    (jobs.limiter).
+    ``doorbells``: what a rate that refuses the claim rings again (jobs.limiter's
+    ``claim_reading_holds``).
     """
     if plan is None and not _any_workflow(successes):
         ended, claimed = statements.end_successes_and_claim(

@@ -84,6 +84,8 @@ def payload_filter(queryset, text: str):
         for item in _candidates(value):
             where |= payload_search.contains(_nested(keys, item))
         return queryset.filter(where)
+    if keys[0] == payload_search.ENGINE_KEY:  # as PostgreSQL's index: not a workflow job's
+        queryset = queryset.filter(workflow__isnull=True)
     expression = "payload"
     for key in keys:
         expression = KeyTransform(key, expression)

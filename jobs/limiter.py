@@ -18,8 +18,8 @@ what it waits for: the refusal marks the state row (``held_at``), and the next r
 queue or task to end rings for the best due job (``wake``) until one finds none due; a limit
 that doesn't bind sends no extra doorbell. When a rate is what it waits for it is rung again
 for when the window frees: with every doorbell its message had left (``doorbells``, a batch
-message's unused ids), in one message, so a backlog of a rated task sent in batch messages
-keeps its doorbells until each has claimed a job. Times are the workers' clocks: keep the hosts
+message's unused ids), so a backlog of a rated task sent in batch messages keeps its
+doorbells until each has claimed a job. Times are the workers' clocks: keep the hosts
 in NTP.
 
 On PostgreSQL a claim under limits without a rate or fairness sends the lock and the pick in
@@ -95,13 +95,14 @@ def claim_reading_holds(
     task: str,
     worker: str,
     count: int = 1,
-    doorbells: Sequence[int] = (),
+    doorbells: Sequence[int] | None = None,
 ):
     """``claim`` of up to ``count`` jobs inside the caller's transaction (runs' ends just
     written in it); return the claimed jobs, best first, and the ``Holds`` its lock read
     (None if the job is gone). More than one only under a limit that counts slots alone
-    (``Plan.takes_chunks``). ``doorbells``: the ids a batch message has not used yet, ``job_id``
-    first, all rung again if a rate window refuses the claim.
+    (``Plan.takes_chunks``). ``doorbells``: what a rate window that refuses the claim rings
+    again when it frees: None, ``job_id``'s doorbell; ids (``job_id`` first), those a batch
+    message has not used yet; empty, none (the caller rings them: jobs.batches).
 
     The marks are read under the claim's lock, after the ends: an end that rides on a claim
     needs no read of its own to know whether to ring (jobs.completer).
@@ -116,12 +117,12 @@ def _claim(
     worker: str,
     only: int | None,
     count: int,
-    doorbells: Sequence[int] = (),
+    doorbells: Sequence[int] | None = None,
 ):
     limit = plan.limit
     if not plan.takes_chunks:
         count = 1
-    locked = _lock(job_id, task, exclusive_queue=plan.queue_limit is not None)
+    locked, job_id, doorbells = _lock_for_one_of(plan, task, job_id, doorbells)
     if locked is None:  # the job is gone
         return [], None
     queue, paused, starts, holds = locked
@@ -168,6 +169,19 @@ def _claim(
     if limit is not None and (limit.key_rate or limit.fair):
         _record_key_start(task, jobs[0].limit_key, limit.per_key_rate, now)
     return jobs, holds
+
+
+def _lock_for_one_of(plan: Plan, task: str, job_id: int, doorbells: Sequence[int] | None):
+    """``_lock`` for ``job_id``'s queue, or if that job is gone for the first of
+    ``doorbells`` (``job_id`` first) that is not: a message rung again by a rate may name jobs
+    deleted meanwhile. Return what it read (None: all gone), the job it named and the
+    doorbells from that one on."""
+    candidates = list(doorbells) if doorbells else [job_id]
+    for position, anchor in enumerate(candidates):
+        locked = _lock(anchor, task, exclusive_queue=plan.queue_limit is not None)
+        if locked is not None:
+            return locked, anchor, candidates[position:] if doorbells else doorbells
+    return None, job_id, doorbells
 
 
 def _lock(job_id: int, task: str, *, exclusive_queue: bool):
@@ -289,19 +303,22 @@ def _record_key_start(task: str, key: str, rate: Rate | None, now: datetime) -> 
     )
 
 
-def _ring_at(job_id: int, when: datetime, doorbells: Sequence[int] = ()) -> None:
+def _ring_at(job_id: int, when: datetime, doorbells: Sequence[int] | None = None) -> None:
     """Ring for ``job_id`` again once ``when`` has come (after this transaction commits);
-    with ``doorbells`` (a batch message's unused ids), all of them, in one message.
+    ``doorbells`` (see ``claim_reading_holds``): a batch message's unused ids, all of them,
+    or none at all.
 
     No later than the publish horizon (an hour's window can be full for longer, and a
     doorbell beyond the horizon is not sent): a claim then looks again and re-rings.
     """
+    if doorbells is not None and not doorbells:  # the caller rings them
+        return
     job = Job.objects.filter(pk=job_id).only("id", "task", "queue").first()
     if job is None:
         return
     horizon = timezone.now() + timedelta(seconds=SCHEDULE_HORIZON_SECONDS)
     job.run_after = min(when + timedelta(milliseconds=5), horizon)
-    if len(doorbells) > 1:
+    if doorbells is not None and len(doorbells) > 1:
         ids = list(doorbells)
         transaction.on_commit(
             lambda: ring_later(job.task, job.queue, ids, job.run_after), robust=True
@@ -311,7 +328,7 @@ def _ring_at(job_id: int, when: datetime, doorbells: Sequence[int] = ()) -> None
 
 
 def _ring_when_a_key_frees(
-    job_id: int, task: str, now: datetime, doorbells: Sequence[int] = ()
+    job_id: int, task: str, now: datetime, doorbells: Sequence[int] | None = None
 ) -> None:
     """Nothing could start: if a key's rate window is what holds them, ring when it frees."""
     held = LimitKeyState.objects.filter(task=task, full_until__gt=now).order_by("full_until")

@@ -14,8 +14,7 @@ operator finds those outcomes on the member jobs themselves. A job outside a wor
 searched whole, a ``members`` key of its own included.
 """
 
-from django.db.models import Case, F, JSONField, Q, Value, When
-from django.db.models.expressions import CombinedExpression
+from django.db.models import Case, F, Func, JSONField, Q, When
 from django.db.models.fields.json import DataContains
 
 # The key a workflow's engine writes (jobs.workflows.release.MEMBERS_KEY, not imported: the
@@ -23,11 +22,20 @@ from django.db.models.fields.json import DataContains
 ENGINE_KEY = "members"
 
 
+class _WithoutEngineKey(Func):
+    """``payload - 'members'``, the key written into the SQL as the index has it (a bound
+    parameter would not match the index under a server-side generic plan)."""
+
+    arity = 1
+    template = f"(%(expressions)s - '{ENGINE_KEY}')"
+    output_field = JSONField()
+
+
 def searched_payload() -> Case:
     """``CASE WHEN workflow_id IS NULL THEN payload ELSE payload - 'members' END``."""
     return Case(
         When(workflow__isnull=True, then=F("payload")),
-        default=CombinedExpression(F("payload"), "-", Value(ENGINE_KEY)),
+        default=_WithoutEngineKey(F("payload")),
         output_field=JSONField(),
     )
 

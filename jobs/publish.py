@@ -103,25 +103,33 @@ def publish(jobs: Iterable[Job]) -> int:
 
 
 def ring_later(task: str, queue: str, ids: list[int], when: datetime) -> None:
-    """Send one message of ``ids`` doorbells for ``task`` in ``queue``, due at ``when``: a
-    batch message's unused doorbells, rung again when a rate window frees (jobs.limiter).
-    Its claims take the best runnable jobs, whichever the ids are. A failure is logged (the
-    sweeper re-sends what is still queued)."""
+    """Send ``ids`` doorbells for ``task`` in ``queue``, due at ``when``: a batch message's
+    unused doorbells, rung again when a rate window frees (jobs.limiter). In messages of up
+    to ``CONVEYOR_BATCH_SIZE`` ids (one each if the task's jobs may no longer share one);
+    their claims take the best runnable jobs, whichever the ids are. A failure is logged
+    (the sweeper re-sends what is still queued)."""
     from project.celery import app
 
     countdown = max(0.0, (when - timezone.now()).total_seconds())
+    step = conf.get().batch_size if batchable(app.tasks.get(task)) else 1
+    sent = 0
     try:
-        app.send_task(
-            task,
-            args=[ids],
-            queue=queue,
-            countdown=countdown or None,
-            retry=True,
-            retry_policy=PUBLISH_RETRY_POLICY,
-            headers=DOORBELL_HEADERS,
-        )
+        with app.producer_or_acquire() as producer:
+            for start in range(0, len(ids), step):
+                chunk = ids[start : start + step]
+                app.send_task(
+                    task,
+                    args=[chunk if len(chunk) > 1 else chunk[0]],
+                    queue=queue,
+                    countdown=countdown or None,
+                    producer=producer,
+                    retry=True,
+                    retry_policy=PUBLISH_RETRY_POLICY,
+                    headers=DOORBELL_HEADERS,
+                )
+                sent += len(chunk)
     except broker_errors(app) as exc:
-        logger.warning("job.publish_failed", extra={"error": repr(exc), "published": 0})
+        logger.warning("job.publish_failed", extra={"error": repr(exc), "published": sent})
 
 
 @cache

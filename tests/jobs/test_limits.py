@@ -6,9 +6,10 @@ import uuid
 from datetime import timedelta
 
 import pytest
+from django.db import transaction
 from django.utils import timezone
 
-from jobs import completer, limiter, outcome, services, statements, task_states
+from jobs import completer, limiter, outcome, publish, services, statements, task_states
 from jobs.limits import Limit, parse_rate
 from jobs.maintenance.reaper import reap
 from jobs.models import Job, JobStatus, LimitKeyState
@@ -435,6 +436,45 @@ def test_a_rated_backlog_sent_in_batch_messages_keeps_every_doorbell(
     )
     starts = sorted(Job.objects.filter(pk__in=ids).values_list("started_at", flat=True))
     assert starts[-1] - starts[0] >= timedelta(seconds=len(ids) / per_second - 2)
+
+
+@pytest.mark.django_db
+def test_a_rate_rings_a_messages_unused_doorbells_from_the_first_of_them_still_there(
+    monkeypatch, django_capture_on_commit_callbacks
+):
+    """A message rung again names jobs another message may have run and purged since: the
+    claim takes its queue from the first still there, and a refusal rings the rest."""
+    rung = []
+    monkeypatch.setattr(limiter, "ring_later", lambda task, queue, ids, when: rung.append(ids))
+    plan = limiter.Plan(limit=Limit(rate="1/h"))
+    gone, *ids = [services.enqueue("tests.task_rated", {}).pk for _ in range(4)]
+    Job.objects.filter(pk=gone).delete()
+    claim = {"task": "tests.task_rated", "worker": "w/1"}
+    with transaction.atomic():
+        first, _ = limiter.claim_reading_holds(plan, gone, doorbells=[gone, *ids], **claim)
+    assert [job.pk for job in first] == [ids[0]]
+    with django_capture_on_commit_callbacks(execute=True):  # the hour's one start is spent
+        assert limiter.claim_reading_holds(plan, ids[1], doorbells=ids[1:], **claim)[0] == []
+    assert rung == [ids[1:]]  # all rung again, in one call
+    with django_capture_on_commit_callbacks(execute=True) as single:
+        limiter.claim_reading_holds(plan, ids[1], **claim)  # a message's own doorbell
+    with django_capture_on_commit_callbacks(execute=True) as none:
+        limiter.claim_reading_holds(plan, ids[1], doorbells=(), **claim)  # the caller's
+    assert rung == [ids[1:]] and len(single) == 1 and none == []
+
+
+def test_a_rung_again_list_goes_out_in_messages_of_the_batch_size(monkeypatch):
+    from project.celery import app
+
+    sent = []
+    monkeypatch.setattr(app, "send_task", lambda task, args, **kw: sent.append(args[0]))
+    when = timezone.now() + timedelta(seconds=1)
+    publish.ring_later("tests.task_rated", "default", list(range(1, 61)), when)
+    assert [len(ids) for ids in sent] == [25, 25, 10]
+    sent.clear()
+    monkeypatch.setattr(app.tasks["tests.task_rated"], "batch", False)
+    publish.ring_later("tests.task_rated", "default", [1, 2, 3], when)
+    assert sent == [1, 2, 3]  # one doorbell a message, as the task's jobs now go
 
 
 def test_with_fair_sharing_a_small_tenant_is_not_starved_by_a_big_one(start_worker):
