@@ -79,13 +79,32 @@ def batchable(task: Task | None) -> bool:
 
 def publish(jobs: Iterable[Job]) -> int:
     """Send the jobs' ids to the broker (see ``messages``); return how many jobs were sent."""
+    return _send(messages(jobs))
+
+
+def ring_later(task: str, queue: str, ids: list[int], when: datetime) -> int:
+    """Send ``ids`` doorbells for ``task`` in ``queue``, due at ``when``: a batch message's
+    unused doorbells, rung again when a rate window frees (jobs.limiter). In messages of up
+    to ``CONVEYOR_BATCH_SIZE`` ids (one each if the task's jobs may no longer share one);
+    their claims take the best runnable jobs, whichever the ids are."""
+    from project.celery import app
+
+    countdown = max(0.0, (when - timezone.now()).total_seconds())
+    step = conf.get().batch_size if batchable(app.tasks.get(task)) else 1
+    chunks = (ids[start : start + step] for start in range(0, len(ids), step))
+    return _send((task, queue, c if len(c) > 1 else c[0], countdown) for c in chunks)
+
+
+def _send(outgoing: Iterable[tuple[str, str, object, float]]) -> int:
+    """Send ``(task, queue, id or [ids], countdown)`` messages; return how many ids went. A
+    broker that is away is logged, not raised: the sweeper re-sends what did not go out."""
     from project.celery import app
 
     sent = 0
     errors = broker_errors(app)
     try:
         with app.producer_or_acquire() as producer:
-            for task, queue, ids, countdown in messages(jobs):
+            for task, queue, ids, countdown in outgoing:
                 app.send_task(
                     task,
                     args=[ids],
@@ -97,39 +116,9 @@ def publish(jobs: Iterable[Job]) -> int:
                     headers=DOORBELL_HEADERS,
                 )
                 sent += len(ids) if isinstance(ids, list) else 1
-    except errors as exc:  # the sweeper re-sends whatever did not go out
+    except errors as exc:
         logger.warning("job.publish_failed", extra={"error": repr(exc), "published": sent})
     return sent
-
-
-def ring_later(task: str, queue: str, ids: list[int], when: datetime) -> None:
-    """Send ``ids`` doorbells for ``task`` in ``queue``, due at ``when``: a batch message's
-    unused doorbells, rung again when a rate window frees (jobs.limiter). In messages of up
-    to ``CONVEYOR_BATCH_SIZE`` ids (one each if the task's jobs may no longer share one);
-    their claims take the best runnable jobs, whichever the ids are. A failure is logged
-    (the sweeper re-sends what is still queued)."""
-    from project.celery import app
-
-    countdown = max(0.0, (when - timezone.now()).total_seconds())
-    step = conf.get().batch_size if batchable(app.tasks.get(task)) else 1
-    sent = 0
-    try:
-        with app.producer_or_acquire() as producer:
-            for start in range(0, len(ids), step):
-                chunk = ids[start : start + step]
-                app.send_task(
-                    task,
-                    args=[chunk if len(chunk) > 1 else chunk[0]],
-                    queue=queue,
-                    countdown=countdown or None,
-                    producer=producer,
-                    retry=True,
-                    retry_policy=PUBLISH_RETRY_POLICY,
-                    headers=DOORBELL_HEADERS,
-                )
-                sent += len(chunk)
-    except broker_errors(app) as exc:
-        logger.warning("job.publish_failed", extra={"error": repr(exc), "published": sent})
 
 
 @cache
