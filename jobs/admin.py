@@ -31,6 +31,7 @@ from jobs.models import (
     Notification,
 )
 from jobs.selectors import OVERDUE_INTERVALS, maintenance_status
+from jobs.workflows.state import running_among
 from project.access.permissions import allowed
 from project.admin_base import ConveyorChangeList, ConveyorModelAdmin
 from project.admin_permissions import permission_check
@@ -195,6 +196,7 @@ class JobAdmin(BulkAdminMixin, ConveyorModelAdmin):
         ("finished_at", admin.DateFieldListFilter),
     )
     search_fields = ("=id", "task", "idempotency_key", "last_error")
+
     # The dashboard's links: dead since a time, running on one worker (project.dashboard).
     extra_lookups = ("finished_at__gte", "locked_by__startswith")
     ordering = ("-id",)
@@ -250,6 +252,23 @@ class JobAdmin(BulkAdminMixin, ConveyorModelAdmin):
     cancel_requested_at_second = _to_the_second("cancel_requested_at")
     published_at_second = _to_the_second("published_at")
     superseded_at_second = _to_the_second("superseded_at")
+
+    def get_deleted_objects(self, objs, request):
+        """Django's answer, with each job of a workflow that has not ended as protected (the
+        delete page and "Delete selected" then delete nothing): its dependants would wait for
+        good, or run without its outcome. Cancel the workflow first."""
+        deleted, counts, perms_needed, protected = super().get_deleted_objects(objs, request)
+        jobs = list(objs)
+        running = running_among({job.workflow_id for job in jobs if job.workflow_id})
+        protected = [
+            *protected,
+            *(
+                f"{job}: its workflow {job.workflow_id} has not ended (cancel it first)"
+                for job in jobs
+                if job.workflow_id in running
+            ),
+        ]
+        return deleted, counts, perms_needed, protected
 
     def has_add_permission(self, request) -> bool:
         return False

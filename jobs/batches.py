@@ -213,8 +213,8 @@ def _settle_and_claim(
     ``doorbells``, rung again if a rate refuses the claim: jobs.limiter); after a dropped
     connection (a database restart) write them on a new one, then claim: neither is lost
     with it. (Had the drop come after the commit, the chunk it claimed is left to its leases
-    and the reaper; and a rate's refusal may have rung ``doorbells`` already, so the claim
-    made again rings for ``anchor`` alone: any other doorbell lost is the sweeper's.)"""
+    and the reaper, and a rate's refusal may ring ``doorbells`` twice: a drop is far likelier
+    before the commit, whose refusal rang nothing.)"""
     claim = {"plan": plan, "task": task.name, "worker": worker}
     try:
         settled, claimed = completer.succeed_many_and_claim(
@@ -226,7 +226,7 @@ def _settle_and_claim(
         connection.close()
         settled = ran.write(released)
         _, claimed = completer.succeed_many_and_claim(
-            [], anchor, count, doorbells=doorbells[:1], **claim
+            [], anchor, count, doorbells=doorbells, **claim
         )
         return settled, claimed
 

@@ -157,15 +157,30 @@ def workflow_cancel(workflow_id: int, *, actor: str) -> Workflow:
 
 
 def still_running(workflow: Workflow) -> bool:
-    """Whether some job of ``workflow`` has not ended (one index probe)."""
-    return Job.objects.filter(workflow_id=workflow.pk).exclude(status__in=FINISHED).exists()
+    """Whether some job of ``workflow`` has not ended."""
+    return bool(running_among([workflow.pk]))
+
+
+def running_among(workflow_ids) -> set[int]:
+    """Those of ``workflow_ids`` with a job that has not ended."""
+    return set(
+        Job.objects.filter(workflow_id__in=workflow_ids)
+        .exclude(status__in=FINISHED)
+        .values_list("workflow_id", flat=True)
+        .distinct()
+    )
 
 
 def refuse_deleting_a_running_workflow(sender, instance: Workflow, **kwargs) -> None:
     """``pre_delete`` of a Workflow: refused while a job of it has not ended. Its waiting
-    jobs would be left waiting for good (their edges are its), so cancel it first; a
-    finished workflow's row may go (the purge deletes those with no job left)."""
+    jobs would be left waiting for good (their edges are its), so cancel it and let its
+    running jobs end first; a finished workflow's row may go (the purge deletes those with no
+    job left). The row is locked first, so an operator's retry (which holds it shared) cannot
+    bring a job back meanwhile."""
+    Workflow.objects.select_for_update().filter(pk=instance.pk).exists()
     if still_running(instance):
         raise ProtectedError(
-            f"workflow {instance.pk} has jobs that have not ended: cancel it first", set()
+            f"workflow {instance.pk} has jobs that have not ended: cancel it, and let its "
+            "running jobs end, first",
+            set(),
         )

@@ -76,13 +76,33 @@ def test_a_running_workflow_cannot_be_deleted_an_ended_one_can():
     flow = _diamond()
     url = f"/admin/jobs/workflow/{flow.pk}/delete/"
     assert _client("view_job", "delete_workflow").post(url, {"post": "yes"}).status_code == 403
-    with pytest.raises(ProtectedError, match="cancel it first"):
+    with pytest.raises(ProtectedError, match="cancel it"):
         Workflow.objects.filter(pk=flow.pk).delete()
     assert Job.objects.filter(workflow=flow).count() == 4
     workflows.workflow_cancel(flow.pk, actor="test")
     Workflow.objects.filter(pk=flow.pk).delete()
     assert not Workflow.objects.filter(pk=flow.pk).exists()
     assert not Job.objects.filter(status=S.WAITING).exists()
+
+
+def test_a_job_of_a_workflow_that_has_not_ended_is_protected_from_the_consoles_delete():
+    """Deleting a node would leave its dependants waiting for good, or running without its
+    outcome: the delete page and "Delete selected" show it as protected and delete nothing
+    until the workflow is cancelled."""
+    flow = _diamond()
+    left = Job.objects.filter(workflow=flow, status=S.QUEUED).order_by("id").first()
+    client = _client("view_job", "delete_job")
+    page = client.post(f"/admin/jobs/job/{left.pk}/delete/", {"post": "yes"})
+    assert page.status_code == 200 and "has not ended (cancel it first)" in page.content.decode()
+    selected = client.post(
+        "/admin/jobs/job/",
+        {"action": "delete_selected", "_selected_action": [left.pk], "post": "yes"},
+    )
+    assert "has not ended (cancel it first)" in selected.content.decode()
+    assert Job.objects.filter(workflow=flow).count() == 4
+    workflows.workflow_cancel(flow.pk, actor="test")
+    assert client.post(f"/admin/jobs/job/{left.pk}/delete/", {"post": "yes"}).status_code == 302
+    assert not Job.objects.filter(pk=left.pk).exists()
 
 
 def test_a_second_cancel_and_a_workflow_whose_jobs_were_purged_answer_pages_not_errors():
