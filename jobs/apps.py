@@ -28,10 +28,12 @@ class JobsConfig(AppConfig):
             _ensure_accounting_triggers, sender=self, dispatch_uid="jobs.accounting.triggers"
         )
         from jobs.models import Workflow
-        from jobs.workflows.state import refuse_deleting_a_running_workflow
+        from jobs.workflows.state import refuse_deleting_a_workflow_with_jobs
 
         pre_delete.connect(
-            refuse_deleting_a_running_workflow, sender=Workflow, dispatch_uid="jobs.workflow.delete"
+            refuse_deleting_a_workflow_with_jobs,
+            sender=Workflow,
+            dispatch_uid="jobs.workflow.delete",
         )
         _check_task_declarations()
         _check_schedules()

@@ -16,7 +16,7 @@ records) goes through ``delete_in_batches``, as River's cleaner does it:
   dependents),
   ``DO_NOTHING`` nothing. No full row is ever fetched, no ``pre_delete``/``post_delete``
   signal is sent (the one receiver of a purged model, a Workflow's refusal while a job of
-  it has not ended, cannot apply: the purge takes only workflows with no job left).
+  it is left, cannot apply: the purge takes only workflows with no job left).
 * **Short batches, short pauses.** ``BATCH_SIZE`` rows a statement (a few milliseconds on
   its index; a batch over ``STATEMENT_TARGET_SECONDS`` halves the next, a fast one doubles
   it back), each batch starting at the greatest ``order_by`` of the one before (so no

@@ -156,11 +156,6 @@ def workflow_cancel(workflow_id: int, *, actor: str) -> Workflow:
     return workflow
 
 
-def still_running(workflow: Workflow) -> bool:
-    """Whether some job of ``workflow`` has not ended."""
-    return bool(running_among([workflow.pk]))
-
-
 def running_among(workflow_ids) -> set[int]:
     """Those of ``workflow_ids`` with a job that has not ended."""
     return set(
@@ -171,16 +166,17 @@ def running_among(workflow_ids) -> set[int]:
     )
 
 
-def refuse_deleting_a_running_workflow(sender, instance: Workflow, **kwargs) -> None:
-    """``pre_delete`` of a Workflow: refused while a job of it has not ended. Its waiting
-    jobs would be left waiting for good (their edges are its), so cancel it and let its
-    running jobs end first; a finished workflow's row may go (the purge deletes those with no
-    job left). The row is locked first, so an operator's retry (which holds it shared) cannot
-    bring a job back meanwhile."""
+def refuse_deleting_a_workflow_with_jobs(sender, instance: Workflow, **kwargs) -> None:
+    """``pre_delete`` of a Workflow: refused while any job of it is left, as the purge does.
+    One that has not ended would wait for good (its edges are the workflow's); one that has
+    would leave the workflow, and a callback's outcomes would enter the payload index
+    (jobs.payload_search). The row is locked first, so an operator's retry (which holds it
+    shared) cannot bring a job back meanwhile."""
     Workflow.objects.select_for_update().filter(pk=instance.pk).exists()
-    if still_running(instance):
-        raise ProtectedError(
-            f"workflow {instance.pk} has jobs that have not ended: cancel it, and let its "
-            "running jobs end, first",
-            set(),
-        )
+    if running_among([instance.pk]):
+        why = "has jobs that have not ended: cancel it, and let its running jobs end, first"
+    elif Job.objects.filter(workflow_id=instance.pk).exists():
+        why = "still has its jobs: delete them first (the purge deletes it after its last)"
+    else:
+        return
+    raise ProtectedError(f"workflow {instance.pk} {why}", set())

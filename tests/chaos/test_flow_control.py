@@ -61,8 +61,10 @@ def test_limits_and_a_pause_hold_while_workers_are_killed(chaos, summary):
     client = samples()
     task_states.pause("tests.stamp", actor="chaos")
     workers = [chaos(concurrency=2, env=ENV, queues="default") for _ in range(3)]
+    # At least 16 s of work at 2 at once: time for three kills even where a new worker
+    # takes seconds to start.
     limited = services.enqueue_many(
-        "tests.limited", [{"key": key, "tenant": t, "sleep": 0.2} for t in TENANTS * 8]
+        "tests.limited", [{"key": key, "tenant": t, "sleep": 0.5} for t in TENANTS * 8]
     )
     stamps = f"{key}:paused"
     paused = services.enqueue_many("tests.stamp", [{"key": stamps}] * 20)

@@ -66,9 +66,9 @@ def test_cancel_from_the_console_needs_cancel_job():
     assert client.get("/admin/jobs/workflow/999999/change/").status_code == 404
 
 
-def test_a_running_workflow_cannot_be_deleted_an_ended_one_can():
+def test_a_workflow_is_deleted_only_after_its_jobs():
     """Its waiting jobs would wait for good: the console offers no delete, and the ORM's is
-    refused until the workflow is cancelled (or ends)."""
+    refused while any of its jobs is left, as the purge's."""
     from django.db.models import ProtectedError
 
     from jobs.models import Workflow
@@ -80,9 +80,12 @@ def test_a_running_workflow_cannot_be_deleted_an_ended_one_can():
         Workflow.objects.filter(pk=flow.pk).delete()
     assert Job.objects.filter(workflow=flow).count() == 4
     workflows.workflow_cancel(flow.pk, actor="test")
+    with pytest.raises(ProtectedError, match="delete them first"):
+        Workflow.objects.filter(pk=flow.pk).delete()
+    assert not Job.objects.filter(status=S.WAITING).exists()
+    Job.objects.filter(workflow=flow).delete()
     Workflow.objects.filter(pk=flow.pk).delete()
     assert not Workflow.objects.filter(pk=flow.pk).exists()
-    assert not Job.objects.filter(status=S.WAITING).exists()
 
 
 def test_a_job_of_a_workflow_that_has_not_ended_is_protected_from_the_consoles_delete():
