@@ -22,7 +22,9 @@ on twice. Between batches it pauses ``PAUSE_SECONDS``; it stops when a batch com
   ``jobs.owners``: a deployment's job is retried as a new deployment, a delivery's replayed,
   each job's own ``job.retry`` / ``job.cancel`` audit entry naming ``<user> (bulk N)``.
   A job an owner refuses counts as failed, with the first ``MAX_ERRORS`` reasons kept.
-* **delete** removes finished jobs only (succeeded, dead, cancelled), a batch per statement.
+* **delete** removes finished jobs only (succeeded, dead, cancelled), a batch per statement,
+  but not those of a workflow still running (their outcomes are its callbacks' inputs): they
+  count as failed, with the reason.
 
 The filter is the Jobs list's own: ``matching`` rebuilds it through the admin's ChangeList
 as the operator, so "everything matching" means what the list showed, and a filter the
@@ -45,6 +47,7 @@ from jobs import owners, services
 from jobs.changelist import NOT_FILTERS, ApproximateCount, capped_count
 from jobs.errors import IllegalTransition, JobNotFound
 from jobs.models import FINISHED, AuditLog, BulkAction, BulkOperation, BulkStatus, Job, JobStatus
+from jobs.workflows.state import outside_running_workflows
 from project.access.permissions import allowed
 
 logger = logging.getLogger("jobs")
@@ -229,8 +232,13 @@ def _batch(operation_id: int, queryset, user, batch_size: int) -> bool:
 def _act(operation: BulkOperation, ids: list[int], user) -> tuple[int, list[str]]:
     """Apply the operation to ``ids``; return how many it moved and why others were refused."""
     if operation.action == BulkAction.DELETE:
-        deleted = Job.objects.filter(pk__in=ids, status__in=FINISHED).delete()[1]
-        return deleted.get(Job._meta.label, 0), []
+        finished = Job.objects.filter(pk__in=ids, status__in=FINISHED)
+        kept = dict(finished.exclude(outside_running_workflows()).values_list("pk", "workflow_id"))
+        deleted = finished.filter(outside_running_workflows()).delete()[1]
+        return deleted.get(Job._meta.label, 0), [
+            f"job {job_id} is kept: workflow {workflow_id} has not ended"
+            for job_id, workflow_id in kept.items()
+        ]
     actor = f"{operation.actor} (bulk {operation.pk})"
     done, errors = 0, []
     for job_id in ids:

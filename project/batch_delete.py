@@ -57,6 +57,7 @@ def delete_in_batches(
     batch_size: int = BATCH_SIZE,
     pause: float = PAUSE_BETWEEN_BATCHES,
     cascaded: Counter | None = None,
+    choose: models.Q | None = None,
 ) -> int:
     """Delete the rows of ``queryset`` oldest ``order_by`` first; return how many went.
 
@@ -64,14 +65,17 @@ def delete_in_batches(
     the rows it deletes; the filter must keep it non-null (e.g. ``finished_at__lt=…``), as
     each batch after the first asks for ``order_by >=`` the last one's greatest value. Rows
     of other models deleted by cascade are added to ``cascaded`` (by model label) when it is
-    given.
+    given. ``choose``: a further condition on which rows a batch chooses, not checked again
+    on each row deleted. For a condition on other rows than the one deleted (a re-check
+    would read them in the same snapshot anyway), whose subquery would otherwise mislead the
+    planner into scanning every row the filter matches to delete a batch of them.
     """
     deleted = 0
     remaining = queryset
     size = batch_size
     while True:
         started = time.monotonic()
-        counts, last = delete_batch(remaining, order_by=order_by, batch_size=size)
+        counts, last = delete_batch(remaining, order_by=order_by, batch_size=size, choose=choose)
         took = time.monotonic() - started
         count = counts.pop(queryset.model._meta.label, 0)
         deleted += count
@@ -98,17 +102,23 @@ def next_batch_size(size: int, took: float, most: int) -> int:
 
 
 def delete_batch(
-    queryset: QuerySet, *, order_by: str, batch_size: int = BATCH_SIZE
+    queryset: QuerySet,
+    *,
+    order_by: str,
+    batch_size: int = BATCH_SIZE,
+    choose: models.Q | None = None,
 ) -> tuple[Counter, object]:
-    """Delete one batch of at most ``batch_size`` rows of ``queryset``.
+    """Delete one batch of at most ``batch_size`` rows of ``queryset`` (chosen among those
+    ``choose`` also holds for, if given: see ``delete_in_batches``).
 
     Return the rows deleted by model, and the greatest ``order_by`` among them (None if none).
     """
     connection = connections[queryset.db]
     with transaction.atomic(using=queryset.db):
+        chosen = queryset.filter(choose) if choose is not None else queryset
         if connection.vendor == "postgresql":
-            return _delete_in_one_statement(queryset, order_by, batch_size)
-        return _delete_by_ids(queryset, order_by, batch_size)
+            return _delete_in_one_statement(queryset, chosen, order_by, batch_size)
+        return _delete_by_ids(queryset, chosen, order_by, batch_size)
 
 
 def _dependents(model: type[models.Model], depth: int = 0) -> list[tuple]:
@@ -131,14 +141,16 @@ def _dependents(model: type[models.Model], depth: int = 0) -> list[tuple]:
     return found
 
 
-def _delete_in_one_statement(queryset: QuerySet, order_by: str, batch_size: int) -> Counter:
+def _delete_in_one_statement(
+    queryset: QuerySet, choice: QuerySet, order_by: str, batch_size: int
+) -> Counter:
     connection = connections[queryset.db]
     quote = connection.ops.quote_name
     model = queryset.model
     pk = quote(model._meta.pk.column)
     # Django's own DELETE of "the filter, and among the first n by order_by": the filter is
     # checked twice, in the choice and again on each row the DELETE reaches.
-    chosen = queryset.order_by(order_by).values("pk")[:batch_size]
+    chosen = choice.order_by(order_by).values("pk")[:batch_size]
     query = queryset.filter(pk__in=chosen).order_by().query.clone()
     query.__class__ = sql.DeleteQuery
     delete_sql, params = query.get_compiler(queryset.db).as_sql()
@@ -178,9 +190,9 @@ def _delete_in_one_statement(queryset: QuerySet, order_by: str, batch_size: int)
     return counts, last
 
 
-def _delete_by_ids(queryset: QuerySet, order_by: str, batch_size: int) -> Counter:
+def _delete_by_ids(queryset: QuerySet, choice: QuerySet, order_by: str, batch_size: int) -> Counter:
     counts = Counter()
-    chosen = list(queryset.order_by(order_by).values_list("pk", order_by)[:batch_size])
+    chosen = list(choice.order_by(order_by).values_list("pk", order_by)[:batch_size])
     if not chosen:
         return counts, None
     ids = [pk for pk, _ in chosen]

@@ -13,8 +13,10 @@ edges to it deleted).
 django-celery-results rows past ``CELERY_RESULT_EXPIRES`` go too, the same way on their date
 index, the state rows of task limit keys that have not started a job for a day
 (jobs.limits), and workflows older than the completed retention none of whose jobs is left
-(their edges went with their jobs). API idempotency keys have a purge of their own
-(project.access.purge).
+(their edges went with their jobs). A workflow that has not ended keeps its finished jobs,
+however old (``jobs.workflows.state.outside_running_workflows``): its callbacks get their
+outcomes, and an operator's retry resumes it from them. API idempotency keys have a purge of
+their own (project.access.purge).
 
 Runs every ``CONVEYOR_PURGE_INTERVAL`` (default 1h). Logs one ``maintenance.purge`` line.
 """
@@ -30,6 +32,7 @@ from django_celery_results.models import TaskResult
 
 from jobs import conf
 from jobs.models import Job, JobStatus, LimitKeyState, Workflow
+from jobs.workflows.state import outside_running_workflows
 from project.batch_delete import BATCH_SIZE, delete_in_batches
 
 logger = logging.getLogger("jobs.maintenance")
@@ -84,9 +87,11 @@ def purge(batch_size: int = BATCH_SIZE) -> PurgeResult:
 
 
 def _purge_jobs(status: str, cutoff, batch_size: int) -> int:
-    """Delete the jobs of one final ``status`` finished before ``cutoff``, oldest first."""
+    """Delete the jobs of one final ``status`` finished before ``cutoff``, oldest first, but
+    those of a workflow still running."""
     return delete_in_batches(
         Job.objects.filter(status=status, finished_at__lt=cutoff),
         order_by="finished_at",
         batch_size=batch_size,
+        choose=outside_running_workflows(),
     )

@@ -42,6 +42,8 @@ TRANSITIONS: dict[str, frozenset[str]] = {
     S.CANCELLED: frozenset({S.QUEUED, S.WAITING}),
 }
 FINISHED = frozenset({S.SUCCEEDED, S.DEAD, S.CANCELLED})
+# Every other status, in the order of the running workflows' index condition (see PENDING).
+UNFINISHED = tuple(sorted(set(S.values) - FINISHED))
 # In the order of the partial indexes' conditions (status IN ('queued', 'retrying')): a query
 # that spells the same list lets PostgreSQL drop the clause the index already holds.
 PENDING = (S.QUEUED, S.RETRYING)
@@ -227,6 +229,13 @@ class Job(models.Model):
                 fields=["workflow", "id"],
                 condition=Q(workflow__isnull=False),
                 name="job_workflow_idx",
+            ),
+            # The workflows still running (a purge keeps their jobs): their unfinished jobs
+            # only, a few rows however long the history (migration 0029 builds it).
+            models.Index(
+                fields=["workflow"],
+                condition=Q(workflow__isnull=False, status__in=UNFINISHED),
+                name="job_running_workflow_idx",
             ),
         ]
 

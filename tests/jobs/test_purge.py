@@ -1,5 +1,6 @@
 """The job purge: one statement per batch, dependents in SQL, in-flight retries kept."""
 
+import re
 import threading
 from datetime import timedelta
 
@@ -111,7 +112,7 @@ def test_each_batch_is_one_delete_statement_on_its_index_and_a_short_batch_stops
     assert len(on_jobs) == 7, on_jobs
     for sql in on_jobs:
         assert sql.startswith('WITH gone(id, key) AS (DELETE FROM "jobs_job" WHERE'), sql
-        assert 'ORDER BY U0."finished_at" ASC LIMIT 2)' in sql, sql
+        assert re.search(r'ORDER BY [UV]0\."finished_at" ASC LIMIT 2\)', sql), sql
         assert '"jobs_job"."payload"' not in sql and '"jobs_job"."task"' not in sql
 
 

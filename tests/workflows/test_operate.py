@@ -291,6 +291,45 @@ def test_purging_a_workflows_jobs_deletes_their_edges_then_its_row_and_keeps_the
     assert Job.objects.filter(workflow=kept).count() == 2
 
 
+def test_a_running_workflows_finished_jobs_outlive_their_retention_until_it_ends():
+    """Its callback gets every member's outcome, and a retry resumes it from them: neither
+    the purge nor a bulk delete takes a finished job of a workflow still running."""
+    from datetime import timedelta
+
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import Permission
+    from django.utils import timezone
+
+    from jobs import bulk
+    from jobs.maintenance.purge import purge
+    from jobs.models import BulkAction
+
+    flow = enqueue(workflows.chord(["tests.wf.add", "tests.wf.add"], "tests.wf.collect"))
+    first, second, callback = _nodes(flow)
+    alone = services.enqueue("tests.wf.add", {})
+    for job in (first, alone):
+        _succeed(job, result="7")
+    long_ago = timezone.now() - timedelta(days=30)
+    Job.objects.filter(pk__in=[first.pk, alone.pk]).update(finished_at=long_ago)
+
+    assert purge().completed == 1  # the job on its own; the running chord's member stays
+    assert not Job.objects.filter(pk=alone.pk).exists()
+    user = get_user_model().objects.create_user("operator", is_staff=True)
+    user.user_permissions.add(*Permission.objects.filter(codename__in=["view_job", "delete_job"]))
+    operation = bulk.bulk_create(action=BulkAction.DELETE, filters={}, user=user)
+    bulk.bulk_run(operation.pk, pause=0)
+    operation.refresh_from_db()
+    assert (operation.done, operation.failed) == (0, 1)
+    assert operation.errors == [f"job {first.pk} is kept: workflow {flow.pk} has not ended"]
+
+    _succeed(Job.objects.get(pk=second.pk), result="8")
+    callback.refresh_from_db()
+    assert [m["result"] for m in callback.payload["members"]] == [7, 8]
+    _succeed(Job.objects.get(pk=callback.pk))  # the workflow has ended: its jobs may go
+    assert purge().completed == 1
+    assert not Job.objects.filter(pk=first.pk).exists()
+
+
 def test_a_workflows_keys_are_checked_by_nothing_at_commit_and_edges_go_with_their_jobs():
     """No constraint on a node's or an edge's key: the enqueue's commit would check it once
     per row. Django's delete of a workflow waits for its jobs; their edges go with them."""
