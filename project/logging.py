@@ -2,6 +2,8 @@
 
 import json
 import logging
+import os
+import sys
 from datetime import UTC, datetime
 
 from project.redaction import redact_text
@@ -26,6 +28,21 @@ class JsonFormatter(logging.Formatter):
         if record.exc_info:
             entry["exc"] = redact_text(self.formatException(record.exc_info))
         return json.dumps(entry, default=str)
+
+
+# Commands whose stdout is their answer (a table, JSON) for a person or a script to read.
+ANSWER_COMMANDS = frozenset({"queue", "queue_stats", "tasks"})
+
+
+def log_stream() -> str:
+    """Where this process's log lines go (the ``stream`` of LOGGING's handler): stdout, but
+    stderr for ``manage.py`` running one of ``ANSWER_COMMANDS``, whose stdout is the answer
+    (from the first line on: settings warn while they load). ``call_command`` leaves the
+    caller's logging as it is."""
+    argv = sys.argv
+    if len(argv) > 1 and os.path.basename(argv[0]) == "manage.py" and argv[1] in ANSWER_COMMANDS:
+        return "ext://sys.stderr"
+    return "ext://sys.stdout"
 
 
 # The schedule tick (``maintenance.fire_schedules``, every CONVEYOR_SCHEDULE_TICK: 1s) is sent

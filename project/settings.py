@@ -13,6 +13,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.utils.csp import CSP
 
 from project import env, secretfiles, settings_registry
+from project.logging import log_stream
 from project.redaction import redact_text
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -289,7 +290,7 @@ LOGGING = {
     "handlers": {
         "stdout": {
             "class": "logging.StreamHandler",
-            "stream": "ext://sys.stdout",
+            "stream": log_stream(),  # stderr for a command whose stdout is its answer
             "formatter": "json",
         }
     },

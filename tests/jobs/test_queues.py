@@ -175,3 +175,20 @@ def test_a_queue_limit_holds_across_workers_and_a_killed_worker_frees_its_slots(
     assert set(
         Job.objects.filter(pk__in=[j.pk for j in long]).values_list("reason", flat=True)
     ) == {"lease_expired"}
+
+
+def test_the_queue_command_run_from_a_shell_answers_on_stdout_and_logs_on_stderr(worker_env):
+    """A script reads the answer from stdout: the pause's log line goes to stderr."""
+    run = subprocess.run(
+        [PYTHON, "manage.py", "queue", "pause", "deployments"],
+        cwd=ROOT,
+        env=worker_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.splitlines() == [run.stdout.strip()]
+    assert run.stdout.startswith("deployments") and " paused " in run.stdout
+    assert '"event": "queue.pause"' in run.stderr
+    assert queues.paused_names() == {"deployments"}
