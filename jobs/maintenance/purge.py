@@ -13,10 +13,11 @@ edges to it deleted).
 django-celery-results rows past ``CELERY_RESULT_EXPIRES`` go too, the same way on their date
 index, the state rows of task limit keys that have not started a job for a day
 (jobs.limits), and workflows older than the completed retention none of whose jobs is left
-(their edges went with their jobs). A workflow that has not ended keeps its finished jobs,
-however old (``jobs.workflows.state.outside_running_workflows``): its callbacks get their
-outcomes, and an operator's retry resumes it from them. API idempotency keys have a purge of
-their own (project.access.purge).
+(their edges went with their jobs). A workflow is purged whole: one that has not ended keeps
+its finished jobs, however old (its callbacks get their outcomes), and one with a dead job
+keeps its succeeded and cancelled ones until that job goes (a retry of it resumes the
+workflow): jobs.workflows.state. API idempotency keys have a purge of their own
+(project.access.purge).
 
 Runs every ``CONVEYOR_PURGE_INTERVAL`` (default 1h). Logs one ``maintenance.purge`` line.
 """
@@ -32,7 +33,7 @@ from django_celery_results.models import TaskResult
 
 from jobs import conf
 from jobs.models import Job, JobStatus, LimitKeyState, Workflow
-from jobs.workflows.state import outside_running_workflows
+from jobs.workflows.state import outside_running_workflows, outside_workflows_kept_whole
 from project.batch_delete import BATCH_SIZE, delete_in_batches
 
 logger = logging.getLogger("jobs.maintenance")
@@ -52,11 +53,12 @@ def purge(batch_size: int = BATCH_SIZE) -> PurgeResult:
     """Delete finished jobs and task results past their retention; return the counts."""
     now = timezone.now()
     options = conf.get()
+    # Dead jobs first: a workflow whose last dead job goes now has its other jobs go too.
+    dead = _purge_jobs(JobStatus.DEAD, now - options.dead_retention, batch_size)
     completed = sum(
         _purge_jobs(status, now - options.completed_retention, batch_size)
         for status in (JobStatus.SUCCEEDED, JobStatus.CANCELLED)
     )
-    dead = _purge_jobs(JobStatus.DEAD, now - options.dead_retention, batch_size)
     results = delete_in_batches(
         TaskResult.objects.filter(date_done__lt=now - settings.CELERY_RESULT_EXPIRES),
         order_by="date_done",
@@ -88,10 +90,11 @@ def purge(batch_size: int = BATCH_SIZE) -> PurgeResult:
 
 def _purge_jobs(status: str, cutoff, batch_size: int) -> int:
     """Delete the jobs of one final ``status`` finished before ``cutoff``, oldest first, but
-    those of a workflow still running."""
+    those of a workflow still running or, but for dead ones, with a dead job."""
+    kept = outside_running_workflows if status == JobStatus.DEAD else outside_workflows_kept_whole
     return delete_in_batches(
         Job.objects.filter(status=status, finished_at__lt=cutoff),
         order_by="finished_at",
         batch_size=batch_size,
-        choose=outside_running_workflows(),
+        choose=kept(),
     )

@@ -230,12 +230,12 @@ class Job(models.Model):
                 condition=Q(workflow__isnull=False),
                 name="job_workflow_idx",
             ),
-            # The workflows still running (a purge keeps their jobs): their unfinished jobs
-            # only, a few rows however long the history (migration 0029 builds it).
+            # The workflows a purge keeps whole: their unfinished and dead jobs only, as many
+            # rows as such jobs, however long the history (migration 0029 builds it).
             models.Index(
-                fields=["workflow"],
-                condition=Q(workflow__isnull=False, status__in=UNFINISHED),
-                name="job_running_workflow_idx",
+                fields=["workflow", "status"],  # a purge of dead jobs asks the unfinished only
+                condition=Q(workflow__isnull=False, status__in=(S.DEAD, *UNFINISHED)),
+                name="job_kept_workflow_idx",
             ),
         ]
 

@@ -167,15 +167,25 @@ def running_among(workflow_ids) -> set[int]:
 
 
 def outside_running_workflows() -> Q:
-    """The jobs a purge or a bulk delete may take: those on their own, and those of a
-    workflow every job of which has ended. A workflow still running keeps its finished jobs:
-    their outcomes are what its callbacks get under ``"members"``, and where an operator's
-    retry resumes it. In one statement, the running workflows' ids are read once, from
-    their own small index (``job_running_workflow_idx``), not once per row."""
-    running = Job.objects.filter(workflow__isnull=False, status__in=UNFINISHED).values(
-        "workflow_id"
-    )
-    return Q(workflow__isnull=True) | ~Q(workflow__in=running)
+    """The jobs a bulk delete (and the purge of dead jobs) may take: those on their own, and
+    those of a workflow every job of which has ended. A workflow still running keeps its
+    finished jobs: their outcomes are what its callbacks get under ``"members"``."""
+    return _outside_workflows_with(UNFINISHED)
+
+
+def outside_workflows_kept_whole() -> Q:
+    """The succeeded and cancelled jobs the purge may take: as ``outside_running_workflows``,
+    and not those of a workflow with a dead job either (kept for the dead retention): a retry
+    of it resumes the workflow, its dependants waiting again, with every outcome there."""
+    return _outside_workflows_with((S.DEAD, *UNFINISHED))
+
+
+def _outside_workflows_with(statuses) -> Q:
+    """Jobs on their own, or of a workflow with no job in ``statuses``. In one statement the
+    workflows' ids are read once, from their own index (``job_kept_workflow_idx``: only the
+    unfinished and dead jobs of workflows), not once per row."""
+    kept = Job.objects.filter(workflow__isnull=False, status__in=statuses).values("workflow_id")
+    return Q(workflow__isnull=True) | ~Q(workflow__in=kept)
 
 
 def refuse_deleting_a_workflow_with_jobs(sender, instance: Workflow, **kwargs) -> None:

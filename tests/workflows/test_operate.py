@@ -330,6 +330,38 @@ def test_a_running_workflows_finished_jobs_outlive_their_retention_until_it_ends
     assert not Job.objects.filter(pk=first.pk).exists()
 
 
+def test_a_failed_workflow_is_purged_whole_once_its_dead_job_goes():
+    """A dead job is kept longer than its succeeded siblings and cancelled dependants: they
+    stay with it, so a retry within that time resumes the workflow whole."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from jobs.maintenance.purge import purge
+
+    flow = enqueue(workflows.chain("tests.wf.add", "tests.wf.add", "tests.wf.add"))
+    first, second, third = _nodes(flow)
+    _succeed(first, result="2")
+    _die(second)
+    eight_days_ago = timezone.now() - timedelta(days=8)
+    Job.objects.filter(workflow=flow).update(finished_at=eight_days_ago)
+
+    result = purge()  # past the completed retention, not the dead one: all three kept
+    assert (result.completed, result.dead) == (0, 0)
+    assert Job.objects.filter(workflow=flow).count() == 3
+    services.job_retry(second.pk, actor="op")  # resumes: its dependant waits again
+    _succeed(Job.objects.get(pk=second.pk), result="5")
+    third.refresh_from_db()
+    assert third.status == S.QUEUED and third.payload["previous"] == 5
+
+    _die(third)
+    long_ago = timezone.now() - timedelta(days=31)
+    Job.objects.filter(workflow=flow).update(finished_at=long_ago)
+    result = purge()  # the dead job goes first, then the rest with it
+    assert (result.completed, result.dead) == (2, 1)
+    assert not Job.objects.filter(workflow=flow).exists()
+
+
 def test_a_workflows_keys_are_checked_by_nothing_at_commit_and_edges_go_with_their_jobs():
     """No constraint on a node's or an edge's key: the enqueue's commit would check it once
     per row. Django's delete of a workflow waits for its jobs; their edges go with them."""

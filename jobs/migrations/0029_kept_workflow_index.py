@@ -1,6 +1,6 @@
-"""An index of the running workflows: their unfinished jobs' ``workflow_id``, so a purge
-batch (and a bulk delete) that keeps a running workflow's finished jobs reads a few rows,
-not every live job (jobs.workflows.state.outside_running_workflows).
+"""An index of the workflows a purge keeps whole: their unfinished and dead jobs'
+``workflow_id``, so a purge batch (and a bulk delete) that keeps such a workflow's finished
+jobs reads those rows, not every live job (jobs.workflows.state.kept_whole).
 
 On PostgreSQL it is built ``CONCURRENTLY``: enqueue, claim and ends keep writing while it
 builds. A build that failed half-way leaves an invalid index of that name, which ``IF NOT
@@ -10,11 +10,12 @@ as Django writes it.
 
 from django.db import migrations, models
 
-NAME = "job_running_workflow_idx"
+NAME = "job_kept_workflow_idx"
 INDEX = models.Index(
-    fields=["workflow"],
+    fields=["workflow", "status"],
     condition=models.Q(
-        workflow__isnull=False, status__in=("queued", "retrying", "running", "waiting")
+        workflow__isnull=False,
+        status__in=("dead", "queued", "retrying", "running", "waiting"),
     ),
     name=NAME,
 )
