@@ -233,11 +233,12 @@ def _act(operation: BulkOperation, ids: list[int], user) -> tuple[int, list[str]
     """Apply the operation to ``ids``; return how many it moved and why others were refused."""
     if operation.action == BulkAction.DELETE:
         finished = Job.objects.filter(pk__in=ids, status__in=FINISHED)
-        kept = dict(finished.exclude(outside_running_workflows()).values_list("pk", "workflow_id"))
         deleted = finished.filter(outside_running_workflows()).delete()[1]
+        # Read after the delete: what it left, whatever changed in between.
+        kept = finished.filter(workflow__isnull=False).values_list("pk", "workflow_id")
         return deleted.get(Job._meta.label, 0), [
             f"job {job_id} is kept: workflow {workflow_id} has not ended"
-            for job_id, workflow_id in kept.items()
+            for job_id, workflow_id in kept
         ]
     actor = f"{operation.actor} (bulk {operation.pk})"
     done, errors = 0, []

@@ -25,8 +25,7 @@ def _valid(schema_editor) -> bool | None:
     """Whether the index is built and usable (None: there is none)."""
     with schema_editor.connection.cursor() as cursor:
         cursor.execute(
-            "SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
-            "WHERE c.relname = %s",
+            "SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass(%s)",
             [NAME],
         )
         row = cursor.fetchone()

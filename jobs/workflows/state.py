@@ -1,7 +1,7 @@
 """A workflow as read and as operated: its status, its nodes, its cancel."""
 
 from django.db import transaction
-from django.db.models import Count, ProtectedError, Q
+from django.db.models import Count, Exists, OuterRef, ProtectedError, Q
 from django.utils import timezone
 
 from jobs.errors import IllegalTransition, JobNotFound
@@ -181,11 +181,12 @@ def outside_workflows_kept_whole() -> Q:
 
 
 def _outside_workflows_with(statuses) -> Q:
-    """Jobs on their own, or of a workflow with no job in ``statuses``. In one statement the
-    workflows' ids are read once, from their own index (``job_kept_workflow_idx``: only the
-    unfinished and dead jobs of workflows), not once per row."""
-    kept = Job.objects.filter(workflow__isnull=False, status__in=statuses).values("workflow_id")
-    return Q(workflow__isnull=True) | ~Q(workflow__in=kept)
+    """Jobs on their own, or of a workflow with no job in ``statuses``: for each row of a
+    workflow, one probe of the index of workflows' unfinished and dead jobs
+    (``job_kept_workflow_idx``), never a read of all of them (a 20,000-node group waiting
+    would be read again by every purge batch, and past the hash memory for every row)."""
+    kept = Job.objects.filter(workflow_id=OuterRef("workflow_id"), status__in=statuses)
+    return Q(workflow__isnull=True) | ~Exists(kept)
 
 
 def refuse_deleting_a_workflow_with_jobs(sender, instance: Workflow, **kwargs) -> None:
