@@ -1,6 +1,6 @@
 """An index of the workflows a purge keeps whole: their unfinished and dead jobs'
-``workflow_id``, so a purge batch (and a bulk delete) that keeps such a workflow's finished
-jobs reads those rows, not every live job (jobs.workflows.state.kept_whole).
+``(workflow_id, status)``, which a purge batch (and a bulk delete) probes once per expired
+row of a workflow to keep such a workflow's finished jobs (jobs.workflows.state).
 
 On PostgreSQL it is built ``CONCURRENTLY``: enqueue, claim and ends keep writing while it
 builds. A build that failed half-way leaves an invalid index of that name, which ``IF NOT
