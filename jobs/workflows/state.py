@@ -185,7 +185,14 @@ def _outside_workflows_with(statuses) -> Q:
     workflow, one probe of the index of workflows' unfinished and dead jobs
     (``job_kept_workflow_idx``), never a read of all of them (a 20,000-node group waiting
     would be read again by every purge batch, and past the hash memory for every row)."""
-    kept = Job.objects.filter(workflow_id=OuterRef("workflow_id"), status__in=statuses)
+    kept = Job.objects.filter(
+        # A range of one value, not "=": PostgreSQL hashes an "=" subquery's whole answer
+        # once a statement when it expects that to fit in memory (every batch would read a
+        # waiting 20,000-node group whole); a range stays one index probe per row.
+        workflow_id__gte=OuterRef("workflow_id"),
+        workflow_id__lte=OuterRef("workflow_id"),
+        status__in=statuses,
+    )
     return Q(workflow__isnull=True) | ~Exists(kept)
 
 

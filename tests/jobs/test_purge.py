@@ -223,3 +223,33 @@ def test_slow_batches_shrink_the_next_ones_and_every_row_still_goes(cutoffs, mon
         if "LIMIT" in q["sql"]
     ]
     assert limits == [8, 4, 2, 1, 1, 1, 1, 1, 1, 1]  # 8+4+2+6×1, then an empty batch stops
+
+
+@pytest.mark.django_db
+def test_a_big_waiting_workflow_costs_the_purge_one_index_probe_per_row_of_a_workflow(cutoffs):
+    """The kept workflows are asked about row by row on their own index: a 20,000-node group
+    waiting is never read whole by each batch (nor again for each row, once past the hash
+    memory)."""
+    from jobs.workflows.state import outside_running_workflows, outside_workflows_kept_whole
+
+    with connection.cursor() as cursor:  # a waiting group of 20,000 and an expired history
+        cursor.execute(
+            "INSERT INTO jobs_job (task, queue, payload, status, priority, attempts, "
+            "max_attempts, run_after, locked_by, last_error, reason, attempts_history, "
+            "publish_count, created_at, updated_at, finished_at, unique_states, limit_key, "
+            "workflow_id) SELECT 'tests.record', 'default', '{}', "
+            "CASE WHEN g <= 20000 THEN 'waiting' ELSE 'succeeded' END, 0, 0, 1, now(), '', "
+            "'', '', '[]', 0, now(), now(), CASE WHEN g > 20000 THEN %s END, '', '', "
+            "CASE WHEN g <= 20000 THEN 1 ELSE 2 + g %% 100 END "
+            "FROM generate_series(1, 40000) AS g",
+            [cutoffs[S.SUCCEEDED] - timedelta(days=1)],
+        )
+        cursor.execute("ANALYZE jobs_job")
+    for kept, status in (
+        (outside_running_workflows, S.DEAD),
+        (outside_workflows_kept_whole, S.SUCCEEDED),
+    ):
+        choice = Job.objects.filter(kept(), status=status, finished_at__lt=cutoffs[status])
+        plan = choice.order_by("finished_at").values("pk")[:1000].explain()
+        assert "job_kept_workflow_idx" in plan, plan
+        assert "hashed SubPlan" not in plan and "Materialize" not in plan, plan
