@@ -8,6 +8,7 @@ SVG (jobs.workflows.drawing).
 from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
+from django.db.models import Exists
 from django.http import Http404
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
@@ -18,10 +19,28 @@ from django.utils.safestring import mark_safe
 from jobs.errors import IllegalTransition
 from jobs.models import Workflow
 from jobs.workflows.drawing import svg
-from jobs.workflows.state import counts_of, nodes_of, status_of, workflow_cancel
+from jobs.workflows.state import counts_of, nodes_of, running_jobs, status_of, workflow_cancel
 from project.access.permissions import allowed
 from project.admin_base import ReadOnlyModelAdmin
 from project.timing import seconds_between
+
+
+class RunningFilter(admin.SimpleListFilter):
+    """Running (a job of it has not ended: its finished jobs are kept from the purge) or
+    ended; one probe of the workflows' unfinished jobs' index per workflow."""
+
+    title = "state"
+    parameter_name = "state"
+
+    def lookups(self, request, model_admin):
+        return (("running", "running"), ("ended", "ended"))
+
+    def queryset(self, request, queryset):
+        if self.value() == "running":
+            return queryset.filter(Exists(running_jobs()))
+        if self.value() == "ended":
+            return queryset.exclude(Exists(running_jobs()))
+        return queryset
 
 
 @admin.register(Workflow)
@@ -29,13 +48,14 @@ class WorkflowAdmin(ReadOnlyModelAdmin):
     list_display = (
         "id",
         "name",
+        "running",
         "failure_rule",
         "node_count",
         "started_by",
         "jobs_link",
         "created_at",
     )
-    list_filter = ("failure_rule",)
+    list_filter = (RunningFilter, "failure_rule")
     search_fields = ("=id", "name", "=started_by")
     ordering = ("-id",)
     list_per_page = 50
@@ -46,6 +66,13 @@ class WorkflowAdmin(ReadOnlyModelAdmin):
 
     def has_module_permission(self, request) -> bool:
         return allowed(request.user, "workflow.view")
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).annotate(is_running=Exists(running_jobs()))
+
+    @admin.display(description="running", boolean=True, ordering="is_running")
+    def running(self, workflow: Workflow) -> bool:
+        return workflow.is_running
 
     @admin.display(description="jobs")
     def jobs_link(self, workflow: Workflow):

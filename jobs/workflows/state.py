@@ -157,6 +157,12 @@ def workflow_cancel(workflow_id: int, *, actor: str) -> Workflow:
     return workflow
 
 
+def running_jobs():
+    """The unfinished jobs of the outer query's workflow (for an ``Exists``), on the index of
+    workflows' unfinished and dead jobs."""
+    return Job.objects.filter(workflow_id=OuterRef("pk"), status__in=UNFINISHED)
+
+
 def running_among(workflow_ids) -> set[int]:
     """Those of ``workflow_ids`` with a job that has not ended."""
     return set(

@@ -119,3 +119,28 @@ def test_a_second_cancel_and_a_workflow_whose_jobs_were_purged_answer_pages_not_
     Job.objects.filter(workflow=flow).delete()  # as the purge would, one status at a time
     page = client.get(f"/admin/jobs/workflow/{flow.pk}/change/")
     assert page.status_code == 200 and 'class="workflow-graph"' in page.content.decode()
+
+
+def test_the_workflows_list_tells_running_from_ended():
+    """A workflow that never ends keeps its jobs from the purge: the list finds them."""
+    running = _diamond()
+    ended = enqueue(workflows.chain("tests.wf.add"))
+    only = Job.objects.get(workflow=ended)
+    completer.finish(
+        outcome.Decision(S.SUCCEEDED, result="1"), services.job_claim(only.pk, worker="hand/1")
+    )
+    client = _client("view_job")
+    shown = {
+        state: [
+            row.pk
+            for row in client.get(f"/admin/jobs/workflow/?state={state}").context["cl"].result_list
+        ]
+        for state in ("running", "ended")
+    }
+    assert shown == {"running": [running.pk], "ended": [ended.pk]}
+    page = client.get("/admin/jobs/workflow/")
+    assert page.status_code == 200
+    rows = {row.pk: row.is_running for row in page.context["cl"].result_list}
+    assert rows == {running.pk: True, ended.pk: False}
+    assert 'alt="True"' in page.content.decode() and 'alt="False"' in page.content.decode()
+    assert _client().get("/admin/jobs/workflow/?state=running").status_code == 403
