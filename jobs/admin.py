@@ -196,7 +196,6 @@ class JobAdmin(BulkAdminMixin, ConveyorModelAdmin):
         ("finished_at", admin.DateFieldListFilter),
     )
     search_fields = ("=id", "task", "idempotency_key", "last_error")
-
     # The dashboard's links: dead since a time, running on one worker (project.dashboard).
     extra_lookups = ("finished_at__gte", "locked_by__startswith")
     ordering = ("-id",)

@@ -143,7 +143,7 @@ def _dependents(model: type[models.Model], depth: int = 0) -> list[tuple]:
 
 def _delete_in_one_statement(
     queryset: QuerySet, choice: QuerySet, order_by: str, batch_size: int
-) -> Counter:
+) -> tuple[Counter, object]:
     connection = connections[queryset.db]
     quote = connection.ops.quote_name
     model = queryset.model
@@ -190,7 +190,9 @@ def _delete_in_one_statement(
     return counts, last
 
 
-def _delete_by_ids(queryset: QuerySet, choice: QuerySet, order_by: str, batch_size: int) -> Counter:
+def _delete_by_ids(
+    queryset: QuerySet, choice: QuerySet, order_by: str, batch_size: int
+) -> tuple[Counter, object]:
     counts = Counter()
     chosen = list(choice.order_by(order_by).values_list("pk", order_by)[:batch_size])
     if not chosen:

@@ -27,7 +27,7 @@ from project.timing import seconds_between
 
 class RunningFilter(admin.SimpleListFilter):
     """Running (a job of it has not ended: its finished jobs are kept from the purge) or
-    ended; one probe of the workflows' unfinished jobs' index per workflow."""
+    ended, on the list's ``is_running`` (WorkflowAdmin.get_queryset)."""
 
     title = "state"
     parameter_name = "state"
@@ -36,10 +36,8 @@ class RunningFilter(admin.SimpleListFilter):
         return (("running", "running"), ("ended", "ended"))
 
     def queryset(self, request, queryset):
-        if self.value() == "running":
-            return queryset.filter(Exists(running_jobs()))
-        if self.value() == "ended":
-            return queryset.exclude(Exists(running_jobs()))
+        if self.value() in ("running", "ended"):
+            return queryset.filter(is_running=self.value() == "running")
         return queryset
 
 
@@ -68,6 +66,7 @@ class WorkflowAdmin(ReadOnlyModelAdmin):
         return allowed(request.user, "workflow.view")
 
     def get_queryset(self, request):
+        """Each workflow with ``is_running``: one probe of its unfinished jobs' index."""
         return super().get_queryset(request).annotate(is_running=Exists(running_jobs()))
 
     @admin.display(description="running", boolean=True, ordering="is_running")
