@@ -24,7 +24,8 @@ on twice. Between batches it pauses ``PAUSE_SECONDS``; it stops when a batch com
   A job an owner refuses counts as failed, with the first ``MAX_ERRORS`` reasons kept.
 * **delete** removes finished jobs only (succeeded, dead, cancelled), a batch per statement,
   but not those of a workflow still running (their outcomes are its callbacks' inputs): they
-  count as failed, with the reason.
+  count as failed, with the reason. A batch's jobs are locked as they are chosen, so a job
+  retried meanwhile is either kept (the retry came first) or its retry finds it gone.
 
 The filter is the Jobs list's own: ``matching`` rebuilds it through the admin's ChangeList
 as the operator, so "everything matching" means what the list showed, and a filter the
@@ -233,7 +234,17 @@ def _act(operation: BulkOperation, ids: list[int], user) -> tuple[int, list[str]
     """Apply the operation to ``ids``; return how many it moved and why others were refused."""
     if operation.action == BulkAction.DELETE:
         finished = Job.objects.filter(pk__in=ids, status__in=FINISHED)
-        deleted = finished.filter(outside_running_workflows()).delete()[1]
+        with transaction.atomic():
+            # Locked as chosen: Django's delete reads the rows, then deletes them by id,
+            # and a retry between the two would have had its job deleted. A retry now waits
+            # for this transaction and finds its job gone (or, first, keeps it).
+            chosen = (
+                finished.filter(outside_running_workflows())
+                .order_by("pk")
+                .select_for_update(of=("self",))
+                .values_list("pk", flat=True)
+            )
+            deleted = Job.objects.filter(pk__in=list(chosen)).delete()[1]
         # Read after the delete: what it left, whatever changed in between.
         kept = finished.filter(workflow__isnull=False).values_list("pk", "workflow_id")
         return deleted.get(Job._meta.label, 0), [

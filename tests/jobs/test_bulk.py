@@ -4,9 +4,11 @@ import os
 import signal
 from collections import Counter
 
+import psycopg
 import pytest
 from django.contrib.auth.models import Permission
 from django.db import connection, transaction
+from django.db.models.deletion import Collector
 from django.test import Client
 from django.urls import reverse
 
@@ -167,6 +169,46 @@ def test_bulk_delete_removes_only_finished_jobs_and_never_newer_ones(django_user
         waiting.pk,
         *later,
     }
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_job_retried_while_its_bulk_delete_runs_is_never_deleted_queued(
+    django_user_model, monkeypatch
+):
+    """Django's delete reads the rows, then deletes them by id: an operator's retry in
+    between, from another session, must either keep its job or find it gone."""
+    dead = _dead("jobs.noop", 3)
+    client = _staff(django_user_model, "operator", "delete_job")
+    operation = bulk.bulk_create(action=BulkAction.DELETE, filters={}, user=client.user)
+    settings = connection.settings_dict
+    retried: list[int] = []
+    delete = Collector.delete
+
+    def retry_meanwhile(collector):
+        with psycopg.connect(
+            dbname=settings["NAME"],
+            user=settings["USER"],
+            password=settings["PASSWORD"] or None,
+            host=settings["HOST"],
+            port=settings["PORT"] or None,
+            autocommit=True,
+        ) as operator:
+            operator.execute("SET lock_timeout = '300ms'")
+            try:
+                cursor = operator.execute(
+                    "UPDATE jobs_job SET status = 'queued' WHERE id = %s AND status = 'dead'",
+                    [dead[1]],
+                )
+                retried.extend([dead[1]] * cursor.rowcount)
+            except psycopg.errors.LockNotAvailable:
+                pass  # the delete holds the row: the retry waits, then finds it gone
+        return delete(collector)
+
+    monkeypatch.setattr(Collector, "delete", retry_meanwhile)
+    bulk.bulk_run(operation.pk, batch_size=10, pause=0)
+    left = dict(Job.objects.filter(pk__in=dead).values_list("pk", "status"))
+    assert left == {job_id: S.QUEUED for job_id in retried}  # a retried job is never lost
+    assert retried == []  # here the delete came first: the retry could not take the row
 
 
 @pytest.mark.django_db
