@@ -25,7 +25,8 @@ on twice. Between batches it pauses ``PAUSE_SECONDS``; it stops when a batch com
 * **delete** removes finished jobs only (succeeded, dead, cancelled), a batch per statement,
   but not those of a workflow still running (their outcomes are its callbacks' inputs): they
   count as failed, with the reason. A batch's jobs are locked as they are chosen, so a job
-  retried meanwhile is either kept (the retry came first) or its retry finds it gone.
+  retried meanwhile is either kept (the retry came first: failed, "retried meanwhile") or
+  its retry finds it gone.
 
 The filter is the Jobs list's own: ``matching`` rebuilds it through the admin's ChangeList
 as the operator, so "everything matching" means what the list showed, and a filter the
@@ -233,24 +234,7 @@ def _batch(operation_id: int, queryset, user, batch_size: int) -> bool:
 def _act(operation: BulkOperation, ids: list[int], user) -> tuple[int, list[str]]:
     """Apply the operation to ``ids``; return how many it moved and why others were refused."""
     if operation.action == BulkAction.DELETE:
-        finished = Job.objects.filter(pk__in=ids, status__in=FINISHED)
-        with transaction.atomic():
-            # Locked as chosen: Django's delete reads the rows, then deletes them by id,
-            # and a retry between the two would have had its job deleted. A retry now waits
-            # for this transaction and finds its job gone (or, first, keeps it).
-            chosen = (
-                finished.filter(outside_running_workflows())
-                .order_by("pk")
-                .select_for_update(of=("self",))
-                .values_list("pk", flat=True)
-            )
-            deleted = Job.objects.filter(pk__in=list(chosen)).delete()[1]
-        # Read after the delete: what it left, whatever changed in between.
-        kept = finished.filter(workflow__isnull=False).values_list("pk", "workflow_id")
-        return deleted.get(Job._meta.label, 0), [
-            f"job {job_id} is kept: workflow {workflow_id} has not ended"
-            for job_id, workflow_id in kept
-        ]
+        return _delete(ids)
     actor = f"{operation.actor} (bulk {operation.pk})"
     done, errors = 0, []
     for job_id in ids:
@@ -264,6 +248,40 @@ def _act(operation: BulkOperation, ids: list[int], user) -> tuple[int, list[str]
         except (IllegalTransition, JobNotFound) as exc:
             errors.append(str(exc))
     return done, errors
+
+
+def _delete(ids: list[int]) -> tuple[int, list[str]]:
+    """Delete the finished jobs of ``ids`` that no running workflow needs; return how many,
+    and why each of the others is left.
+
+    They are locked as they are chosen, until the batch's transaction (``_batch``) commits:
+    Django's delete reads the rows, then deletes them by id, and a retry in between would
+    have queued a job that was then deleted. A retry now waits for the batch and finds its
+    job gone; one that came first kept its job, no longer finished.
+    """
+    with transaction.atomic():  # the batch's own (select_for_update needs one)
+        chosen = list(
+            Job.objects.filter(pk__in=ids, status__in=FINISHED)
+            .filter(outside_running_workflows())
+            .order_by("pk")
+            .select_for_update(of=("self",))
+            .values_list("pk", flat=True)
+        )
+        deleted = Job.objects.filter(pk__in=chosen).delete()[1].get(Job._meta.label, 0)
+    # Read after the delete: what it left, whatever changed in between.
+    rows = Job.objects.filter(pk__in=ids).values_list("pk", "status", "workflow_id")
+    left = {pk: (status, workflow) for pk, status, workflow in rows}
+    reasons, gone = [], set(chosen)
+    for pk in ids:
+        if pk in gone:
+            continue
+        if pk not in left:
+            reasons.append(f"job {pk} was deleted meanwhile")
+        elif left[pk][0] not in FINISHED:
+            reasons.append(f"job {pk} is kept: it is {left[pk][0]} now (retried meanwhile)")
+        else:
+            reasons.append(f"job {pk} is kept: workflow {left[pk][1]} has not ended")
+    return deleted, reasons
 
 
 def _finish(operation: BulkOperation, *, refused: str) -> BulkOperation:

@@ -4,10 +4,10 @@
 that records that end (jobs.completer for a run's end or a batch chunk's successes,
 jobs.services.operator for the cancel of a job that was not running). It
 
-1. marks the jobs' own outgoing edges done (``UPDATE … SET done = true WHERE dependency =
-   ANY(ended) RETURNING dependant``): each member writes only its own edges, so a
-   10,000-member group never takes turns on one counter row, and a chunk of 25 members
-   writes theirs in one statement;
+1. marks the jobs' own outgoing edges done (``UPDATE … SET done = true`` for the edges
+   whose dependency is one of them, ``RETURNING dependant``): each member writes only its
+   own edges, so a 10,000-member group never takes turns on one counter row, and a chunk of
+   25 members writes theirs in one statement;
 2. locks their dependants' job rows, all in id order in that same statement (``SELECT …
    FOR NO KEY UPDATE``): one lock order for every transaction, so two chunks ending members
    of the same groups cannot deadlock;
@@ -179,13 +179,19 @@ def _released(ready: list[tuple[int, object]]) -> list[Job]:
 # Steps 1 and 2 in one statement: the edges are marked (and row-locked) by the CTE before
 # the main query locks the dependants, in id order (one lock order for every transaction).
 #
-# Every row is reached by its key, one probe per id, whatever the tables' statistics say
-# (jobs.statements._claim_parts says the same of the claim): a worker's connection keeps the
-# generic plan it made first (jobs.prepared), and one made while the tables were small or
-# just truncated walked every finished job and every edge of the callback for each chunk,
-# a cost that grew with the group. A LATERAL subquery with a LIMIT or an OFFSET is planned
-# once per outer row, by the index, and never flattened into a join the planner may hash;
-# ``= ANY(ARRAY(...))`` is an index condition on the primary key.
+# Every row is reached through an index on its key, whatever the tables' statistics say
+# (jobs.statements._claim_parts says the same of the claim). ``end_and_advance`` sends these
+# statements prepared (jobs.prepared): a worker's connection keeps the generic plan it made
+# first, and one made while the tables were small or just truncated walked every finished
+# job (``id IN (…) AND status IN (…)`` answered from the status index) and every edge of the
+# callback, or every waiting job, for each chunk of a group (tests/workflows/
+# test_advance_plan.py). A LATERAL subquery is run once per outer row, a nested loop whose
+# inner side is an index lookup; its LIMIT or OFFSET 0 keeps PostgreSQL from pulling it up
+# into a join it may then hash over a whole table, which is what it did without them. The
+# ``= ANY(ARRAY(…))`` forms and the OFFSET inside NOT EXISTS are precautions of the same
+# kind: on the benchmark's tables (bench_workflows) the anti-join hashed a scan of the edges.
+# Sent as text with their values (``advance`` outside one message) they are planned each
+# time, and the same forms cost nothing more there.
 _FINISHED = ", ".join(repr(str(status)) for status in sorted(FINISHED))
 # The edges not yet done of the jobs in the array parameter; ``{finished}``: nothing, or a
 # probe that keeps only those of them that have ended.

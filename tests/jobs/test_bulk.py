@@ -2,9 +2,9 @@
 
 import os
 import signal
+import threading
 from collections import Counter
 
-import psycopg
 import pytest
 from django.contrib.auth.models import Permission
 from django.db import connection, transaction
@@ -14,6 +14,7 @@ from django.urls import reverse
 
 from jobs import bulk, services
 from jobs.changelist import ApproximateCount
+from jobs.errors import JobNotFound
 from jobs.models import AuditLog, BulkAction, BulkOperation, BulkStatus, Job, JobStatus
 from tests.jobs.test_faults import child_pid
 from tests.processes import wait_until
@@ -172,43 +173,76 @@ def test_bulk_delete_removes_only_finished_jobs_and_never_newer_ones(django_user
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_job_retried_while_its_bulk_delete_runs_is_never_deleted_queued(
+def test_a_retry_while_a_bulk_delete_holds_its_job_waits_and_finds_it_gone(
     django_user_model, monkeypatch
 ):
-    """Django's delete reads the rows, then deletes them by id: an operator's retry in
-    between, from another session, must either keep its job or find it gone."""
+    """Django's delete reads the rows, then deletes them by id. An operator's retry that
+    comes in between (another session) waits for the batch and finds its job gone: it never
+    queues a job the batch then deletes (before the lock, the retry said it had queued it,
+    and the job was gone)."""
     dead = _dead("jobs.noop", 3)
     client = _staff(django_user_model, "operator", "delete_job")
     operation = bulk.bulk_create(action=BulkAction.DELETE, filters={}, user=client.user)
-    settings = connection.settings_dict
-    retried: list[int] = []
+    retry: dict = {}
+
+    def operator_retries():
+        try:
+            services.job_retry(dead[1], actor="operator")
+            retry["outcome"] = "queued"
+        except JobNotFound:
+            retry["outcome"] = "not found"
+        finally:
+            connection.close()
+
+    def waiting_for_a_lock() -> bool:
+        with connection.cursor() as cursor:  # inside the batch: its snapshot is dropped
+            cursor.execute("SELECT pg_stat_clear_snapshot()")
+            cursor.execute(
+                "SELECT EXISTS (SELECT 1 FROM pg_stat_activity "
+                "WHERE datname = current_database() AND wait_event_type = 'Lock')"
+            )
+            return cursor.fetchone()[0]
+
     delete = Collector.delete
 
-    def retry_meanwhile(collector):
-        with psycopg.connect(
-            dbname=settings["NAME"],
-            user=settings["USER"],
-            password=settings["PASSWORD"] or None,
-            host=settings["HOST"],
-            port=settings["PORT"] or None,
-            autocommit=True,
-        ) as operator:
-            operator.execute("SET lock_timeout = '300ms'")
-            try:
-                cursor = operator.execute(
-                    "UPDATE jobs_job SET status = 'queued' WHERE id = %s AND status = 'dead'",
-                    [dead[1]],
-                )
-                retried.extend([dead[1]] * cursor.rowcount)
-            except psycopg.errors.LockNotAvailable:
-                pass  # the delete holds the row: the retry waits, then finds it gone
+    def retried_meanwhile(collector):
+        retry["thread"] = threading.Thread(target=operator_retries)
+        retry["thread"].start()
+        wait_until(
+            lambda: not retry["thread"].is_alive() or waiting_for_a_lock(),
+            timeout=10,
+            message="the retry to wait for the row or to end",
+        )
         return delete(collector)
 
-    monkeypatch.setattr(Collector, "delete", retry_meanwhile)
+    monkeypatch.setattr(Collector, "delete", retried_meanwhile)
     bulk.bulk_run(operation.pk, batch_size=10, pause=0)
-    left = dict(Job.objects.filter(pk__in=dead).values_list("pk", "status"))
-    assert left == {job_id: S.QUEUED for job_id in retried}  # a retried job is never lost
-    assert retried == []  # here the delete came first: the retry could not take the row
+    retry["thread"].join(timeout=30)
+    assert retry["outcome"] == "not found"
+    assert not Job.objects.filter(pk__in=dead).exists()
+    operation.refresh_from_db()
+    assert (operation.done, operation.failed) == (3, 0)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_job_retried_before_its_batch_is_kept_and_said_so(django_user_model, monkeypatch):
+    dead = _dead("jobs.noop", 3)
+    client = _staff(django_user_model, "operator", "delete_job")
+    operation = bulk.bulk_create(action=BulkAction.DELETE, filters={}, user=client.user)
+    act = bulk._act
+
+    def retried_first(operation, ids, user):  # after the batch read its ids, before its act
+        services.job_retry(dead[1], actor="operator")
+        return act(operation, ids, user)
+
+    monkeypatch.setattr(bulk, "_act", retried_first)
+    bulk.bulk_run(operation.pk, batch_size=10, pause=0)
+    operation.refresh_from_db()
+    assert (operation.done, operation.failed) == (2, 1)
+    assert operation.errors == [f"job {dead[1]} is kept: it is queued now (retried meanwhile)"]
+    assert list(Job.objects.filter(pk__in=dead).values_list("pk", "status")) == [
+        (dead[1], S.QUEUED)
+    ]
 
 
 @pytest.mark.django_db

@@ -3,6 +3,13 @@ tables' statistics say (jobs.workflows.release): a worker's connection keeps the
 plan it made first, and one made while the tables were small or just truncated walked every
 finished job, or every edge of the callback, for each chunk that ended — a cost that grew
 with the group, paid by each of its chunks.
+
+The plans before, on these tables: the mark found the chunk's ended jobs with ``Bitmap Index
+Scan on job_status_idx`` (every finished job, the ids a filter); the question found the
+dependants with ``Index Scan using job_status_idx`` on ``status = 'waiting'`` (every waiting
+job) and the edges with ``Bitmap Index Scan on job_dep_dependant_idx`` (every edge of the
+callback, the chunk's ids a filter). Wiping the statistics, as the claim's plan test does,
+needs the test database's owner to be a superuser (the suite's ``postgres``).
 """
 
 import re
