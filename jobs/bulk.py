@@ -41,7 +41,8 @@ import time
 from django.contrib.admin.exceptions import DisallowedModelAdminLookup
 from django.contrib.admin.options import IncorrectLookupParameters
 from django.core.exceptions import PermissionDenied
-from django.db import transaction
+from django.db import models, transaction
+from django.db.models.deletion import get_candidate_relations_to_delete
 from django.test import RequestFactory
 from django.utils import timezone
 
@@ -258,8 +259,19 @@ def _delete(ids: list[int]) -> tuple[int, list[str]]:
     Django's delete reads the rows, then deletes them by id, and a retry in between would
     have queued a job that was then deleted. A retry now waits for the batch and finds its
     job gone; one that came first kept its job, no longer finished.
+
+    The rows that point at them and that the delete sets to NULL (a webhook delivery's, a
+    schedule run's) are locked first, as Django's delete writes them first and as their
+    owners take them (a delivery's replay locks the delivery, then its job): taken the
+    other way round, a replay during the batch deadlocked with it.
     """
     with transaction.atomic():  # the batch's own (select_for_update needs one)
+        for relation in get_candidate_relations_to_delete(Job._meta):
+            if relation.on_delete is models.SET_NULL:
+                pointing = relation.related_model._base_manager.filter(
+                    **{f"{relation.field.name}__in": ids}
+                )
+                list(pointing.order_by("pk").select_for_update(of=("self",)).values("pk"))
         chosen = list(
             Job.objects.filter(pk__in=ids, status__in=FINISHED)
             .filter(outside_running_workflows())

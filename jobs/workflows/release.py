@@ -4,10 +4,10 @@
 that records that end (jobs.completer for a run's end or a batch chunk's successes,
 jobs.services.operator for the cancel of a job that was not running). It
 
-1. marks the jobs' own outgoing edges done (``UPDATE … SET done = true`` for the edges
-   whose dependency is one of them, ``RETURNING dependant``): each member writes only its
-   own edges, so a 10,000-member group never takes turns on one counter row, and a chunk of
-   25 members writes theirs in one statement;
+1. marks the jobs' own outgoing edges done (``UPDATE … SET done = true WHERE dependency =
+   ANY(ended) RETURNING dependant``): each member writes only its own edges, so a
+   10,000-member group never takes turns on one counter row, and a chunk of 25 members
+   writes theirs in one statement;
 2. locks their dependants' job rows, all in id order in that same statement (``SELECT …
    FOR NO KEY UPDATE``): one lock order for every transaction, so two chunks ending members
    of the same groups cannot deadlock;
@@ -178,36 +178,15 @@ def _released(ready: list[tuple[int, object]]) -> list[Job]:
 
 # Steps 1 and 2 in one statement: the edges are marked (and row-locked) by the CTE before
 # the main query locks the dependants, in id order (one lock order for every transaction).
-#
-# Every row is reached through an index on its key, whatever the tables' statistics say
-# (jobs.statements._claim_parts says the same of the claim). ``end_and_advance`` sends these
-# statements prepared (jobs.prepared): a worker's connection keeps the generic plan it made
-# first, and one made while the tables were small or just truncated walked every finished
-# job (``id IN (…) AND status IN (…)`` answered from the status index) and every edge of the
-# callback, or every waiting job, for each chunk of a group (tests/workflows/
-# test_advance_plan.py). A LATERAL subquery is run once per outer row, a nested loop whose
-# inner side is an index lookup; its LIMIT or OFFSET 0 keeps PostgreSQL from pulling it up
-# into a join it may then hash over a whole table, which is what it did without them. The
-# ``= ANY(ARRAY(…))`` forms and the OFFSET inside NOT EXISTS are precautions of the same
-# kind: on the benchmark's tables (bench_workflows) the anti-join hashed a scan of the edges.
-# Sent as text with their values (``advance`` outside one message) they are planned each
-# time, and the same forms cost nothing more there.
-_FINISHED = ", ".join(repr(str(status)) for status in sorted(FINISHED))
-# The edges not yet done of the jobs in the array parameter; ``{finished}``: nothing, or a
-# probe that keeps only those of them that have ended.
-_EDGES_OF = (
-    "SELECT e.id FROM unnest(%s::bigint[]) AS ended(id) {finished}"
-    f"CROSS JOIN LATERAL (SELECT id FROM {EDGES} WHERE dependency_id = ended.id AND NOT done "
-    "OFFSET 0) AS e"
-)
+# ``{ended}``: which jobs' edges.
 _MARK_AND_LOCK_OF = (
-    f"WITH marked AS (UPDATE {EDGES} SET done = true WHERE id = ANY(ARRAY({{edges}})) "
-    "AND NOT done RETURNING dependant_id) "
-    f"SELECT id, status FROM {JOBS} WHERE id = ANY(ARRAY(SELECT dependant_id FROM marked)) "
+    f"WITH marked AS (UPDATE {EDGES} SET done = true "
+    "WHERE dependency_id {ended} AND NOT done RETURNING dependant_id) "
+    f"SELECT id, status FROM {JOBS} WHERE id IN (SELECT dependant_id FROM marked) "
     "ORDER BY id FOR NO KEY UPDATE"
 )
 _MARK_AND_LOCK = {
-    "postgresql": _MARK_AND_LOCK_OF.format(edges=_EDGES_OF.format(finished="")),
+    "postgresql": _MARK_AND_LOCK_OF.format(ended="= ANY(%s::bigint[])"),
     # SQLite writes one transaction at a time: no lock to take.
     "sqlite": f"UPDATE {EDGES} SET done = true WHERE dependency_id IN ({{ids}}) AND NOT done "
     "RETURNING dependant_id",
@@ -216,25 +195,17 @@ _MARK_AND_LOCK = {
 # those of the jobs that are now finished (a run taken away, or cancelled meanwhile, is not;
 # whoever ends it advances it).
 _MARK_ENDED_AND_LOCK = _MARK_AND_LOCK_OF.format(
-    edges=_EDGES_OF.format(
-        finished=f"CROSS JOIN LATERAL (SELECT 1 FROM {JOBS} WHERE id = ended.id "
-        f"AND status IN ({_FINISHED}) LIMIT 1) AS finished "
-    )
+    ended=f"IN (SELECT id FROM {JOBS} WHERE id = ANY(%s::bigint[]) "
+    f"AND status IN ({', '.join(repr(str(status)) for status in sorted(FINISHED))}))"
 )
 # Step 3 for every dependant at once, sent in the same message as steps 1 and 2 where a
 # message may carry several statements: a statement of its own (its snapshot taken after
 # the locks) that answers the dependants now ready (no edge left not done) with their
-# payloads, so a dependant still waiting costs no round trip of its own. Each dependant is
-# read by its key, as above; "any edge left?" stays a subquery asked of each (its OFFSET
-# keeps it one), which stops at the first edge it finds.
+# payloads, so a dependant still waiting costs no round trip of its own.
 _READY = (
-    "SELECT d.id, d.payload FROM (SELECT DISTINCT e.dependant_id FROM unnest(%s::bigint[]) "
-    f"AS ended(id) CROSS JOIN LATERAL (SELECT dependant_id FROM {EDGES} "
-    "WHERE dependency_id = ended.id OFFSET 0) AS e) AS w "
-    f"CROSS JOIN LATERAL (SELECT id, payload FROM {JOBS} WHERE id = w.dependant_id "
-    "AND status = %s OFFSET 0) AS d "
-    f"WHERE NOT EXISTS (SELECT 1 FROM {EDGES} e WHERE e.dependant_id = d.id AND NOT e.done "
-    "OFFSET 0)"
+    f"SELECT d.id, d.payload FROM {JOBS} d WHERE d.id IN (SELECT dependant_id "
+    f"FROM {EDGES} WHERE dependency_id = ANY(%s::bigint[])) AND d.status = %s "
+    f"AND NOT EXISTS (SELECT 1 FROM {EDGES} e WHERE e.dependant_id = d.id AND NOT e.done)"
 )
 
 
