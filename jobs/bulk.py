@@ -22,7 +22,7 @@ on twice. Between batches it pauses ``PAUSE_SECONDS``; it stops when a batch com
   ``jobs.owners``: a deployment's job is retried as a new deployment, a delivery's replayed,
   each job's own ``job.retry`` / ``job.cancel`` audit entry naming ``<user> (bulk N)``.
   A job an owner refuses counts as failed, with the first ``MAX_ERRORS`` reasons kept.
-* **delete** removes finished jobs only (succeeded, dead, cancelled), a batch per statement,
+* **delete** removes finished jobs only (succeeded, dead, cancelled), a batch at a time,
   but not those of a workflow still running (their outcomes are its callbacks' inputs): they
   count as failed, with the reason. A batch's jobs are locked as they are chosen, so a job
   retried meanwhile is either kept (the retry came first: failed, "retried meanwhile") or

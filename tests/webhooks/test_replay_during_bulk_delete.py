@@ -52,7 +52,6 @@ def test_a_replay_during_a_bulk_delete_of_its_dead_job_does_not_deadlock(
     bulk.bulk_run(operation.pk, batch_size=10, pause=0)
     replay["thread"].join(timeout=30)
     operation.refresh_from_db()
-    assert "deadlock" not in replay["outcome"], replay["outcome"]
+    assert replay["outcome"] == "replayed"  # once the batch committed; no deadlock
     assert (operation.done, operation.failed) == (1, 0)
     assert not Job.objects.filter(pk=dead.pk).exists()
-    print(replay["outcome"])
