@@ -2,8 +2,23 @@
 
 from deployments.models import FailureReason, StepRun
 from deployments.services import deployment_create
-from jobs.models import Job
+from jobs.models import FINISHED, Job
 from tests.deployments.conftest import log_text, wait_for
+from tests.processes import wait_until
+
+
+def job_end(job_id: int) -> str:
+    """How the deployment's job ended: its end is written after the deployment's, in the
+    transaction that ends the run, so a test that saw the deployment end waits for it."""
+    return wait_until(
+        lambda: (
+            Job.objects.filter(pk=job_id, status__in=FINISHED)
+            .values_list("status", flat=True)
+            .first()
+        ),
+        timeout=30,
+        message=f"job {job_id} to end",
+    )
 
 
 def test_a_successful_deployment_runs_every_step_in_order(make_project, deploy_worker):
@@ -27,7 +42,7 @@ def test_a_successful_deployment_runs_every_step_in_order(make_project, deploy_w
     ]
     text = log_text(done)
     assert text.index("first") < text.index("to-stderr") < text.index("second in staging")
-    assert Job.objects.get(pk=done.job_id).status == "succeeded"
+    assert job_end(done.job_id) == "succeeded"
     started = [e for e in worker.events("deployment.event") if e["topic"] == "deployment.started"]
     assert started and started[0]["deployment_id"] == done.pk
     assert {"pipeline", "project", "project_dir", "status"} <= set(started[0])
@@ -134,4 +149,4 @@ def test_an_unusable_workdir_fails_the_deployment_before_any_step(make_project, 
     done = wait_for(deployment_create(project=project, ref="main"), "success", "failed")
     assert (done.status, done.failure_reason) == ("failed", FailureReason.WORKDIR_ERROR)
     assert "conveyor: checkout failed: workdir" in log_text(done)
-    assert Job.objects.get(pk=done.job_id).status == "succeeded"  # not a crash: no dead letter
+    assert job_end(done.job_id) == "succeeded"  # not a crash: no dead letter
