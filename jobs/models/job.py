@@ -230,12 +230,14 @@ class Job(models.Model):
                 condition=Q(workflow__isnull=False),
                 name="job_workflow_idx",
             ),
-            # The workflows a purge keeps whole: their unfinished and dead jobs only, as many
-            # rows as such jobs, however long the history (migration 0029 builds it).
+            # Workflows' unfinished and dead jobs only, as many rows as such jobs, however
+            # long the history (migration 0030 builds it): the workflows a purge keeps whole
+            # (a purge of dead jobs asks the unfinished only), and whether a range of a
+            # group's members has one left (jobs.workflows.release).
             models.Index(
-                fields=["workflow", "status"],  # a purge of dead jobs asks the unfinished only
+                fields=["workflow", "status", "id"],
                 condition=Q(workflow__isnull=False, status__in=(S.DEAD, *UNFINISHED)),
-                name="job_kept_workflow_idx",
+                name="job_workflow_open_idx",
             ),
         ]
 

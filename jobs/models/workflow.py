@@ -94,6 +94,13 @@ class JobDependency(models.Model):
         max_length=16, choices=Condition.choices, default=Condition.SUCCESS
     )
     done = models.BooleanField(default=False)
+    # A range edge: ``dependant`` waits for every job of the workflow whose id is from
+    # ``dependency`` to this one, a group's members written one after another (None: for
+    # ``dependency`` alone). One edge for a 10,000-member group: its members' ends write no
+    # edge, and whether one is left is asked of the index of unfinished workflow jobs.
+    # ``done`` is set once the dependant is decided (released or cancelled). A workflow's
+    # ranges never overlap (jobs.workflows.rows.ranges).
+    range_end = models.BigIntegerField(null=True, blank=True)
 
     class Meta:
         constraints = [
@@ -106,7 +113,16 @@ class JobDependency(models.Model):
             models.Index(fields=["dependant"], condition=Q(done=False), name="job_dep_waiting_idx"),
             # A dependant's inputs, in edge order (its outcomes under "members").
             models.Index(fields=["dependant", "id"], name="job_dep_dependant_idx"),
+            # The range holding an ended member: the first of its workflow's ranges that
+            # ends at or after the member (ranges never overlap).
+            models.Index(
+                fields=["workflow", "range_end"],
+                condition=Q(range_end__isnull=False),
+                name="job_dep_range_idx",
+            ),
         ]
 
     def __str__(self) -> str:
+        if self.range_end is not None:
+            return f"job {self.dependant_id} waits for jobs {self.dependency_id}–{self.range_end}"
         return f"job {self.dependant_id} waits for job {self.dependency_id}"

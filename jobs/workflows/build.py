@@ -27,7 +27,7 @@ from jobs.publish import publish_on_commit
 from jobs.services.base import logger
 from jobs.workflows.canvas import from_canvas, is_canvas
 from jobs.workflows.errors import WorkflowError
-from jobs.workflows.rows import insert_edges, job_row, started_by_key
+from jobs.workflows.rows import edges, insert_edges, job_row, started_by_key
 
 S = JobStatus
 NAME_LENGTH = Workflow._meta.get_field("name").max_length
@@ -233,16 +233,12 @@ class Graph:
         Job.objects.bulk_create(jobs, batch_size=1000)
         ids = {node: job.pk for node, job in zip(order, jobs, strict=True)}
         default = Condition.SUCCESS if self.on_failure == FailureRule.FAIL else Condition.COMPLETE
-        edges = [
-            (ids[node], ids[dependency], node.condition or default)
-            for node in order
-            for dependency in deps[node]
-        ]
-        insert_edges(workflow.pk, edges)
+        written = edges(order, deps, ids, default)
+        insert_edges(workflow.pk, written)
         roots = [job for job in jobs if job.status == S.QUEUED]
         logger.info(
             "workflow.enqueued",
-            extra={"workflow": workflow.pk, "jobs": len(jobs), "edges": len(edges)},
+            extra={"workflow": workflow.pk, "jobs": len(jobs), "edges": len(written)},
         )
         publish_on_commit(roots)
         workflow.enqueued_jobs = jobs

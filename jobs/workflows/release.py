@@ -2,28 +2,33 @@
 
 ``advance(*jobs)`` is called by every writer of a workflow job's end, inside the transaction
 that records that end (jobs.completer for a run's end or a batch chunk's successes,
-jobs.services.operator for the cancel of a job that was not running). It
+jobs.services.operator for the cancel of a job that was not running). An edge is one
+dependency, or a *range*: a group's members, written one after another, that a callback
+waits for as one edge (``JobDependency.range_end``; jobs.workflows.rows.edges). It
 
 1. marks the jobs' own outgoing edges done (``UPDATE … SET done = true WHERE dependency =
-   ANY(ended) RETURNING dependant``): each member writes only its own edges, so a
-   10,000-member group never takes turns on one counter row, and a chunk of 25 members
-   writes theirs in one statement;
+   ANY(ended) RETURNING dependant``) and finds the dependants of the ranges holding them
+   (one index probe each, writing nothing): so a 10,000-member group never takes turns on
+   one counter row, and its members' ends write no edge at all;
 2. locks their dependants' job rows, all in id order in that same statement (``SELECT …
    FOR NO KEY UPDATE``): one lock order for every transaction, so two chunks ending members
    of the same groups cannot deadlock;
 3. then, in a new statement (on PostgreSQL sent in the same message as 1 and 2), asks
-   whether any edge of D is still not done (the partial index on ``dependant WHERE NOT
-   done``); if none is, decides D's fate from its
+   whether D still waits: an edge of it not done (the partial index on ``dependant WHERE
+   NOT done``), or a range of it with a member that has not ended (one probe per status of
+   the index of workflows' unfinished jobs); if not, decides D's fate from its
    dependencies' outcomes and moves it with a conditional UPDATE (``WHERE status =
    'waiting'``): released to ``queued`` (its doorbell rung on commit), or cancelled with
    reason ``upstream`` when its condition is not met — and a cancelled D advances in turn.
+   Its ranges are marked done as it is decided.
 
 A worker's successes take ``end_and_advance``: one message opens the transaction, writes
 the ends (and the next chunk's claim) and sends 1, 2 and 3; the ``COMMIT`` follows, after
 the releases if any. The lock is still held to the commit, so what follows holds for it too.
 
 Why two members ending at once can neither both release D nor both miss it: each marks its
-own edge done *before* it asks for D's lock, and holds that lock until it commits. The one
+own edge done (or, in a range, its own end) *before* it asks for D's lock, and holds that
+lock until it commits. The one
 that gets the lock second waits for the first to commit; under READ COMMITTED its next
 statement sees everything the first committed. So if A and B are D's last two edges, the
 first to lock (say A) may see B's edge not done yet (B has not committed) and leave D — but
@@ -49,7 +54,15 @@ from django.utils import timezone
 from psycopg.pq import TransactionStatus
 
 from jobs import prepared, statements
-from jobs.models import FINISHED, Condition, Job, JobDependency, JobReason, JobStatus
+from jobs.models import (
+    FINISHED,
+    UNFINISHED,
+    Condition,
+    Job,
+    JobDependency,
+    JobReason,
+    JobStatus,
+)
 from jobs.publish import publish_on_commit
 from jobs.services.base import log_job
 from jobs.transitions import transition
@@ -176,36 +189,72 @@ def _released(ready: list[tuple[int, object]]) -> list[Job]:
     return released
 
 
-# Steps 1 and 2 in one statement: the edges are marked (and row-locked) by the CTE before
-# the main query locks the dependants, in id order (one lock order for every transaction).
-# ``{ended}``: which jobs' edges.
-_MARK_AND_LOCK_OF = (
-    f"WITH marked AS (UPDATE {EDGES} SET done = true "
-    "WHERE dependency_id {ended} AND NOT done RETURNING dependant_id) "
-    f"SELECT id, status FROM {JOBS} WHERE id IN (SELECT dependant_id FROM marked) "
-    "ORDER BY id FOR NO KEY UPDATE"
+_FINISHED = ", ".join(repr(str(status)) for status in sorted(FINISHED))
+# The jobs of ``ended`` (a CTE of ``id, workflow_id``) that a range edge holds, with that
+# edge: a workflow's ranges never overlap, so the one holding a job is the first that ends at
+# or after it (an index probe on ``job_dep_range_idx``), if it also starts at or before it.
+_SPANNED = (
+    f"SELECT e.dependant_id FROM ended j JOIN {EDGES} e ON e.workflow_id = j.workflow_id "
+    f"AND e.range_end = (SELECT min(r.range_end) FROM {EDGES} r WHERE r.workflow_id = "
+    "j.workflow_id AND r.range_end IS NOT NULL AND r.range_end >= j.id) "
+    "WHERE e.dependency_id <= j.id AND NOT e.done"
+)
+# Steps 1 and 2 in one statement: the ended jobs' own edges are marked (and row-locked) by
+# the CTE, the dependants of the ranges holding them found, before the main query locks
+# the dependants, in id order (one lock order for every transaction). A range edge is not
+# marked here: whether its range has a member left is asked in step 3. Only the jobs that
+# are now finished count (after an end sent in the same message: a run taken away, or
+# cancelled meanwhile, is not; whoever ends it advances it).
+_MARK_AND_LOCK_PG = (
+    f"WITH ended AS (SELECT id, workflow_id FROM {JOBS} WHERE id = ANY(%s::bigint[]) "
+    f"AND status IN ({_FINISHED})), "
+    f"marked AS (UPDATE {EDGES} SET done = true WHERE dependency_id IN (SELECT id FROM ended) "
+    "AND range_end IS NULL AND NOT done RETURNING dependant_id) "
+    f"SELECT id, status FROM {JOBS} WHERE id IN (SELECT dependant_id FROM marked "
+    f"UNION ALL {_SPANNED}) ORDER BY id FOR NO KEY UPDATE"
+)
+# The id of the range edge holding a job, if any; parameters: the job's workflow twice,
+# then the job twice.
+HOLDING = (
+    f"SELECT id FROM {EDGES} WHERE workflow_id = %s AND range_end = (SELECT min(range_end) "
+    f"FROM {EDGES} WHERE workflow_id = %s AND range_end IS NOT NULL AND range_end >= %s) "
+    "AND dependency_id <= %s"
 )
 _MARK_AND_LOCK = {
-    "postgresql": _MARK_AND_LOCK_OF.format(ended="= ANY(%s::bigint[])"),
-    # SQLite writes one transaction at a time: no lock to take.
+    "postgresql": _MARK_AND_LOCK_PG,
+    # SQLite writes one transaction at a time: no lock to take (and no range edges: see
+    # jobs.workflows.rows.edges).
     "sqlite": f"UPDATE {EDGES} SET done = true WHERE dependency_id IN ({{ids}}) AND NOT done "
     "RETURNING dependant_id",
 }
-# Steps 1 and 2 after an end sent in the same message, which answers no ids: the edges of
-# those of the jobs that are now finished (a run taken away, or cancelled meanwhile, is not;
-# whoever ends it advances it).
-_MARK_ENDED_AND_LOCK = _MARK_AND_LOCK_OF.format(
-    ended=f"IN (SELECT id FROM {JOBS} WHERE id = ANY(%s::bigint[]) "
-    f"AND status IN ({', '.join(repr(str(status)) for status in sorted(FINISHED))}))"
+_MARK_ENDED_AND_LOCK = _MARK_AND_LOCK_PG
+# Whether a range edge ``e`` has a member that has not ended: one probe per unfinished
+# status of ``job_workflow_open_idx`` (workflow, status, id), the first found enough.
+_MEMBER_LEFT = " OR ".join(
+    f"EXISTS (SELECT 1 FROM {JOBS} m WHERE m.workflow_id = e.workflow_id "
+    f"AND m.status = '{status}' AND m.id >= e.dependency_id AND m.id <= e.range_end)"
+    for status in UNFINISHED
 )
+
+
+def waits(dependant: str) -> str:
+    """SQL: whether ``dependant`` (an expression) still waits: an edge of it not done, or a
+    range edge whose range has a member that has not ended."""
+    return (
+        f"EXISTS (SELECT 1 FROM {EDGES} e WHERE e.dependant_id = {dependant} AND NOT e.done "
+        f"AND (e.range_end IS NULL OR {_MEMBER_LEFT}))"
+    )
+
+
 # Step 3 for every dependant at once, sent in the same message as steps 1 and 2 where a
 # message may carry several statements: a statement of its own (its snapshot taken after
-# the locks) that answers the dependants now ready (no edge left not done) with their
+# the locks) that answers the dependants now ready (nothing left to wait for) with their
 # payloads, so a dependant still waiting costs no round trip of its own.
 _READY = (
-    f"SELECT d.id, d.payload FROM {JOBS} d WHERE d.id IN (SELECT dependant_id "
-    f"FROM {EDGES} WHERE dependency_id = ANY(%s::bigint[])) AND d.status = %s "
-    f"AND NOT EXISTS (SELECT 1 FROM {EDGES} e WHERE e.dependant_id = d.id AND NOT e.done)"
+    f"WITH ended AS (SELECT id, workflow_id FROM {JOBS} WHERE id = ANY(%s::bigint[])) "
+    f"SELECT d.id, d.payload FROM {JOBS} d WHERE d.id IN (SELECT dependant_id FROM {EDGES} "
+    f"WHERE dependency_id IN (SELECT id FROM ended) AND range_end IS NULL UNION ALL {_SPANNED}) "
+    f"AND d.status = %s AND NOT {waits('d.id')}"
 )
 
 
@@ -252,8 +301,7 @@ def _decide(dependant: int, payload=ASK) -> Job | None:
             # A new statement: it sees every end committed before the lock was granted
             # (SQLite: its writers take turns, no lock needed).
             cursor.execute(
-                f"SELECT EXISTS (SELECT 1 FROM {EDGES} WHERE dependant_id = %s AND NOT done), "
-                f"(SELECT payload FROM {JOBS} WHERE id = %s AND status = %s)",
+                f"SELECT {waits('%s')}, (SELECT payload FROM {JOBS} WHERE id = %s AND status = %s)",
                 [dependant, dependant, S.WAITING],
             )
             row = cursor.fetchone()
@@ -303,15 +351,30 @@ def with_inputs(payload, members: list[dict]) -> dict:
 
 
 def inputs_of(dependant: int) -> tuple[str, list[dict]]:
-    """Return ``dependant``'s condition and its dependencies' outcomes, in declared order."""
+    """Return ``dependant``'s condition and its dependencies' outcomes, in declared order (a
+    range edge's members in id order, which is theirs), as it is decided; on PostgreSQL its
+    range edges are marked done in the same statement (nothing is left to wait for)."""
+    columns = "e.condition, j.id, j.task, j.status, j.reason, j.result, j.last_error"
     with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT e.condition, j.id, j.task, j.status, j.reason, j.result, j.last_error "
-            f"FROM {EDGES} e JOIN {JOBS} j ON j.id = e.dependency_id "
-            "WHERE e.dependant_id = %s ORDER BY e.id",
-            [dependant],
-        )
-        rows = cursor.fetchall()
+        if connection.vendor == "postgresql":
+            cursor.execute(
+                f"WITH taken AS (UPDATE {EDGES} SET done = true WHERE dependant_id = %s "
+                "AND range_end IS NOT NULL AND NOT done) "
+                f"SELECT {columns}, e.id AS edge FROM {EDGES} e JOIN {JOBS} j "
+                "ON j.id = e.dependency_id WHERE e.dependant_id = %s AND e.range_end IS NULL "
+                f"UNION ALL SELECT {columns}, e.id FROM {EDGES} e JOIN {JOBS} j "
+                "ON j.workflow_id = e.workflow_id AND j.id >= e.dependency_id "
+                "AND j.id <= e.range_end WHERE e.dependant_id = %s AND e.range_end IS NOT NULL "
+                "ORDER BY edge, 2",
+                [dependant, dependant, dependant],
+            )
+        else:  # no range edges (jobs.workflows.rows.edges)
+            cursor.execute(
+                f"SELECT {columns} FROM {EDGES} e JOIN {JOBS} j ON j.id = e.dependency_id "
+                "WHERE e.dependant_id = %s ORDER BY e.id",
+                [dependant],
+            )
+        rows = [row[:7] for row in cursor.fetchall()]
     condition = rows[0][0] if rows else Condition.COMPLETE
     members = [
         {

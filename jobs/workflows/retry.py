@@ -25,9 +25,9 @@ nothing downstream waits for it again (those were cancelled with the workflow).
 from django.db import connection
 from django.db.models import Q
 
-from jobs.models import Job, JobDependency, JobReason, JobStatus, Workflow
+from jobs.models import Job, JobReason, JobStatus, Workflow
 from jobs.transitions import transition
-from jobs.workflows.release import EDGES, JOBS, inputs_of, with_inputs
+from jobs.workflows.release import EDGES, HOLDING, JOBS, inputs_of, waits, with_inputs
 
 S = JobStatus
 WORKFLOWS = Workflow._meta.db_table
@@ -52,8 +52,10 @@ def retry_state(job_id: int) -> str:
     )
     if status != S.CANCELLED or _cancelled(workflow_id):
         return S.QUEUED
-    waits = JobDependency.objects.filter(dependant_id=job_id, done=False).exists()
-    return S.WAITING if waits else S.QUEUED
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {waits('%s')}", [job_id])
+        still_waits = cursor.fetchone()[0]
+    return S.WAITING if still_waits else S.QUEUED
 
 
 def retried(job: Job) -> Job:
@@ -74,12 +76,18 @@ def resume(job: Job) -> int:
     """Let what ``job`` held back wait for it again; return how many dependants wait again.
 
     A dependant that already ran (a callback under an "on complete" condition) is left as it
-    is.
+    is. A dependant of a range holding ``job`` that still waits needs nothing: ``job`` is
+    unfinished again, which its range asks.
     """
     restored = 0
-    todo = [job.pk]
+    todo = [(job.pk, job.workflow_id)]
     while todo:
-        dependency = todo.pop()
+        dependency, workflow_id = todo.pop()
+        edges = f"SELECT id FROM {EDGES} WHERE dependency_id = %s AND range_end IS NULL"
+        params = [dependency]
+        if connection.vendor == "postgresql":  # SQLite has no range edges
+            edges += f" UNION ALL {HOLDING}"
+            params += [workflow_id, workflow_id, dependency, dependency]
         with connection.cursor() as cursor:
             if connection.vendor == "postgresql":
                 # Its dependants' rows first, in id order, as a worker ending a dependency
@@ -88,14 +96,14 @@ def resume(job: Job) -> int:
                 # edge not done.
                 cursor.execute(
                     f"SELECT id FROM {JOBS} WHERE id IN (SELECT dependant_id FROM {EDGES} "
-                    "WHERE dependency_id = %s) ORDER BY id FOR NO KEY UPDATE",
-                    [dependency],
+                    f"WHERE id IN ({edges})) ORDER BY id FOR NO KEY UPDATE",
+                    params,
                 )
             cursor.execute(
-                f"UPDATE {EDGES} SET done = false WHERE dependency_id = %s AND done "
+                f"UPDATE {EDGES} SET done = false WHERE id IN ({edges}) AND done "
                 f"AND dependant_id IN (SELECT id FROM {JOBS} WHERE status = %s "
                 "OR (status = %s AND reason = %s)) RETURNING dependant_id",
-                [dependency, S.WAITING, S.CANCELLED, JobReason.UPSTREAM],
+                [*params, S.WAITING, S.CANCELLED, JobReason.UPSTREAM],
             )
             dependants = sorted({row[0] for row in cursor.fetchall()})
         for dependant in dependants:
@@ -109,7 +117,7 @@ def resume(job: Job) -> int:
             )
             if moved:
                 restored += 1
-                todo.append(dependant)
+                todo.append((dependant, moved[0].workflow_id))
     return restored
 
 

@@ -82,27 +82,77 @@ def job_row(node, waits: bool, now, defaults: dict) -> Job:
     )
 
 
-def insert_edges(workflow_id: int, edges: list[tuple[int, int, str]]) -> None:
+def edges(
+    order: list, deps: dict, ids: dict, default: str
+) -> list[tuple[int, int, str, int | None]]:
+    """The edges ``(dependant, dependency, condition, range_end)`` of nodes in topological
+    ``order`` whose jobs have ``ids``: a range edge (``range_end`` set, see JobDependency) for
+    the dependencies of a node that are two or more jobs written one after another, in the
+    declared order, and overlap no other node's range (a group's members, which every
+    callback of that group shares); else one edge per dependency. The jobs' ids follow
+    ``order`` (one bulk insert), so no other job of the workflow lies inside a range.
+    PostgreSQL only: on SQLite, one edge per dependency."""
+    written = [ids[node] for node in order]
+    ranged = connection.vendor == "postgresql" and all(map(int.__lt__, written, written[1:]))
+    position = {node: index for index, node in enumerate(order)} if ranged else {}
+    owner: dict[int, tuple[int, int]] = {}  # a position taken by a range: that range
+    rows: list[tuple[int, int, str, int | None]] = []
+    for node in order:
+        found = deps[node]
+        if not found:
+            continue
+        condition = node.condition or default
+        span = _span(found, position, owner) if ranged and len(found) > 1 else None
+        if span is not None:
+            rows.append((ids[node], ids[found[0]], condition, ids[found[-1]]))
+            continue
+        rows.extend((ids[node], ids[dependency], condition, None) for dependency in found)
+    return rows
+
+
+def _span(found, position: dict, owner: dict) -> tuple[int, int] | None:
+    """``found``'s positions as a range, if they follow one another and overlap no range
+    already taken but their own; taken then."""
+    first = position[found[0]]
+    span = (first, first + len(found) - 1)
+    for offset, dependency in enumerate(found):
+        at = position[dependency]
+        if at != first + offset or owner.get(at, span) != span:
+            return None
+    if span[0] not in owner:
+        for at in range(span[0], span[1] + 1):
+            owner[at] = span
+    return span
+
+
+def insert_edges(workflow_id: int, edges: list[tuple[int, int, str, int | None]]) -> None:
     if not edges:
         return
     if connection.vendor == "postgresql":  # one statement, however many edges
         table = JobDependency._meta.db_table
         # Array literals written here: a client-side cursor quotes a list element by element,
-        # slower than the insert itself for a 10,000-member chord. Every element is an int
-        # or a Condition value (a plain word).
-        arrays = ["{" + ",".join(map(str, column)) + "}" for column in zip(*edges, strict=True)]
+        # slower than the insert itself for a 10,000-member chord. Every element is an int,
+        # NULL or a Condition value (a plain word).
+        arrays = [
+            "{" + ",".join("NULL" if value is None else str(value) for value in column) + "}"
+            for column in zip(*edges, strict=True)
+        ]
         with connection.cursor() as cursor:
             cursor.execute(
-                f"INSERT INTO {table} (workflow_id, dependant_id, dependency_id, condition, done) "
-                "SELECT %s, d, p, c, false FROM unnest(%s::bigint[], %s::bigint[], %s::varchar[]) "
-                "AS e(d, p, c)",
+                f"INSERT INTO {table} "
+                "(workflow_id, dependant_id, dependency_id, condition, range_end, done) "
+                "SELECT %s, d, p, c, r, false "
+                "FROM unnest(%s::bigint[], %s::bigint[], %s::varchar[], %s::bigint[]) "
+                "AS e(d, p, c, r)",
                 [workflow_id, *arrays],
             )
         return
     JobDependency.objects.bulk_create(
         [
-            JobDependency(workflow_id=workflow_id, dependant_id=d, dependency_id=p, condition=c)
-            for d, p, c in edges
+            JobDependency(
+                workflow_id=workflow_id, dependant_id=d, dependency_id=p, condition=c, range_end=r
+            )
+            for d, p, c, r in edges
         ],
         batch_size=500,
     )

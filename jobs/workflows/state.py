@@ -1,5 +1,7 @@
 """A workflow as read and as operated: its status, its nodes, its cancel."""
 
+from bisect import bisect_left, bisect_right
+
 from django.db import transaction
 from django.db.models import Count, Exists, OuterRef, ProtectedError, Q
 from django.utils import timezone
@@ -84,13 +86,22 @@ NODE_FIELDS = (
 
 def nodes_of(workflow: Workflow) -> tuple[list[Job], list[tuple[int, int, bool]]]:
     """Return the workflow's jobs (oldest first, ``NODE_FIELDS`` only) and its edges
-    ``(dependant, dependency, done)``, found through its jobs (the index on each)."""
+    ``(dependant, dependency, done)``, found through its jobs (the index on each); a range
+    edge as one edge per member, done once the member has ended."""
     jobs = list(Job.objects.filter(workflow=workflow).order_by("id").only(*NODE_FIELDS))
-    edges = list(
+    rows = (
         JobDependency.objects.filter(dependant__workflow=workflow)
         .order_by("id")
-        .values_list("dependant_id", "dependency_id", "done")
+        .values_list("dependant_id", "dependency_id", "done", "range_end")
     )
+    ids = [job.pk for job in jobs]
+    edges: list[tuple[int, int, bool]] = []
+    for dependant, dependency, done, range_end in rows:
+        if range_end is None:
+            edges.append((dependant, dependency, done))
+            continue
+        members = jobs[bisect_left(ids, dependency) : bisect_right(ids, range_end)]
+        edges.extend((dependant, job.pk, done or job.status in FINISHED) for job in members)
     return jobs, edges
 
 
@@ -135,9 +146,15 @@ def workflow_cancel(workflow_id: int, *, actor: str) -> Workflow:
             workflow.save(update_fields=["cancelled_at"])
         # Every node not running is cancelled now: their edges are done, nothing is left
         # waiting to release (one UPDATE, not one advance per node).
-        JobDependency.objects.filter(dependant__workflow_id=workflow_id, done=False).exclude(
-            dependency__status=S.RUNNING
-        ).update(done=True)
+        edges = JobDependency.objects.filter(dependant__workflow_id=workflow_id, done=False)
+        edges.filter(range_end__isnull=True).exclude(dependency__status=S.RUNNING).update(done=True)
+        running = Job.objects.filter(
+            workflow_id=workflow_id,
+            status=S.RUNNING,
+            pk__gte=OuterRef("dependency_id"),
+            pk__lte=OuterRef("range_end"),
+        )
+        edges.filter(range_end__isnull=False).exclude(Exists(running)).update(done=True)
         AuditLog.objects.create(
             actor=actor,
             action="workflow.cancel",
@@ -189,7 +206,7 @@ def outside_workflows_kept_whole() -> Q:
 def _outside_workflows_with(statuses) -> Q:
     """Jobs on their own, or of a workflow with no job in ``statuses``: for each row of a
     workflow, one probe of the index of workflows' unfinished and dead jobs
-    (``job_kept_workflow_idx``), never a read of all of them (a 20,000-node group waiting
+    (``job_workflow_open_idx``), never a read of all of them (a 20,000-node group waiting
     would be read again by every purge batch, and past the hash memory for every row)."""
     kept = Job.objects.filter(
         # A range of one value, not "=": PostgreSQL hashes an "=" subquery's whole answer

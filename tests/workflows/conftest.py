@@ -38,18 +38,22 @@ def wait_finished(workflow, *, timeout: float = 60) -> list[Job]:
 
 def assert_order(workflow) -> None:
     """No dependant started before each of its dependencies had finished (a claim is stamped
-    with the database's clock as it runs: jobs.statements.CLOCK)."""
-    edges = JobDependency.objects.filter(workflow=workflow).select_related(
-        "dependant", "dependency"
-    )
+    with the database's clock as it runs: jobs.statements.CLOCK); every edge is done, a
+    range edge for each of its members."""
+    jobs = {job.pk: job for job in Job.objects.filter(workflow=workflow)}
+    edges = JobDependency.objects.filter(workflow=workflow)
     for edge in edges:
-        dependant, dependency = edge.dependant, edge.dependency
-        assert edge.done
-        if dependant.started_at is None:
-            assert dependant.status == JobStatus.CANCELLED
-            continue
-        assert dependency.finished_at is not None
-        assert dependency.finished_at <= dependant.started_at, (
-            dependency.pk,
-            dependant.pk,
-        )
+        assert edge.done, edge
+        last = edge.dependency_id if edge.range_end is None else edge.range_end
+        dependant = jobs[edge.dependant_id]
+        members = [jobs[pk] for pk in sorted(jobs) if edge.dependency_id <= pk <= last]
+        assert members and members[0].pk == edge.dependency_id, edge
+        for dependency in members:
+            if dependant.started_at is None:
+                assert dependant.status == JobStatus.CANCELLED
+                continue
+            assert dependency.finished_at is not None
+            assert dependency.finished_at <= dependant.started_at, (
+                dependency.pk,
+                dependant.pk,
+            )

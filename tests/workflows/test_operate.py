@@ -254,12 +254,19 @@ def test_a_celery_canvas_becomes_the_same_durable_workflow():
         "tests.wf.collect",
     ]
     assert right.priority == 5 and left.payload == {"n": 2}
-    edges = set(JobDependency.objects.values_list("dependant_id", "dependency_id", "condition"))
+    edges = set(
+        JobDependency.objects.values_list("dependant_id", "dependency_id", "condition", "range_end")
+    )
     assert edges == {
-        (left.pk, first.pk, "success"),
-        (right.pk, first.pk, "success"),
-        (callback.pk, left.pk, "complete"),
-        (callback.pk, right.pk, "complete"),
+        (left.pk, first.pk, "success", None),
+        (right.pk, first.pk, "success", None),
+        (callback.pk, left.pk, "complete", right.pk),  # one edge for the group's two members
+    }
+    assert set(workflows.nodes_of(flow)[1]) == {
+        (left.pk, first.pk, False),
+        (right.pk, first.pk, False),
+        (callback.pk, left.pk, False),
+        (callback.pk, right.pk, False),
     }
     assert first.status == S.QUEUED and {left.status, right.status, callback.status} == {S.WAITING}
 
@@ -376,7 +383,7 @@ def test_a_workflows_keys_are_checked_by_nothing_at_commit_and_edges_go_with_the
             assert cursor.fetchall() == []
     flow = enqueue(workflows.chord(["tests.wf.add", "tests.wf.add"], "tests.wf.collect"))
     nodes = _nodes(flow)
-    assert JobDependency.objects.filter(workflow=flow).count() == 2
+    assert JobDependency.objects.filter(workflow=flow).count() == 1  # a range: both members
 
     with pytest.raises(ProtectedError, match="cancel it"):  # its callback would wait for good
         Workflow.objects.filter(pk=flow.pk).delete()
