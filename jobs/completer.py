@@ -250,8 +250,7 @@ def _end_and_advance(statement, successes, released: list[Job] | None, *, held) 
     return the statement's rows."""
     from jobs.workflows.release import end_and_advance
 
-    job_ids = [success.job.pk for success in successes]
-    rows, freed = end_and_advance(*statement, job_ids, held=held)
+    rows, freed = end_and_advance(*statement, [success.job for success in successes], held=held)
     if released is not None:
         released.extend(freed)
     return rows

@@ -84,7 +84,7 @@ def advance(*jobs: Job, held: Callable[[Job], bool] | None = None) -> list[Job]:
     itself (jobs.batches: the message that ended them claims as many again, and rings for
     what it leaves).
     """
-    ended = [job.pk for job in jobs if job.workflow_id is not None and job.status in FINISHED]
+    ended = [job for job in jobs if job.workflow_id is not None and job.status in FINISHED]
     released = _released(_mark_done(ended) if ended else [])
     _ring_on_commit(released, held)
     return released
@@ -97,9 +97,9 @@ def _ring_on_commit(released: list[Job], held: Callable[[Job], bool] | None) -> 
 
 
 def end_and_advance(
-    statement: str, params: list, job_ids: list[int], held: Callable[[Job], bool] | None = None
+    statement: str, params: list, jobs: list[Job], held: Callable[[Job], bool] | None = None
 ) -> tuple[list, list[Job]]:
-    """Run ``statement`` (an end of runs of ``job_ids``), then ``advance`` the workflows of
+    """Run ``statement`` (an end of runs of ``jobs``), then ``advance`` the workflows of
     those it ended, in one transaction whose first message carries the ``BEGIN``, the end,
     steps 1 and 2 and step 3: a chunk that releases nothing costs two round trips (that
     message and the ``COMMIT``), not four. Return the statement's rows and the jobs
@@ -112,14 +112,12 @@ def end_and_advance(
     stale), the transaction is rolled back, nothing written, and the message sent again as
     text.
     """
-    rows, released = prepared.once_more_as_text(
-        lambda: _end_and_advance(statement, params, job_ids)
-    )
+    rows, released = prepared.once_more_as_text(lambda: _end_and_advance(statement, params, jobs))
     _ring_on_commit(released, held)  # committed: at once, a failure logged (the sweeper re-sends)
     return rows, released
 
 
-def _end_and_advance(statement: str, params: list, job_ids: list[int]) -> tuple[list, list[Job]]:
+def _end_and_advance(statement: str, params: list, jobs: list[Job]) -> tuple[list, list[Job]]:
     message = "; ".join(
         (
             "BEGIN",
@@ -130,7 +128,8 @@ def _end_and_advance(statement: str, params: list, job_ids: list[int]) -> tuple[
     )
     with connection.cursor() as cursor:
         try:
-            cursor.execute(message, [*params, job_ids, job_ids, S.WAITING])
+            keys = _keys(jobs)
+            cursor.execute(message, [*params, *keys, *keys, S.WAITING])
             cursor.nextset()  # past the BEGIN
             rows = cursor.fetchall()
             cursor.nextset()
@@ -184,34 +183,23 @@ def _released(ready: list[tuple[int, object]]) -> list[Job]:
             if moved.status == S.QUEUED:
                 released.append(moved)
             else:
-                cancelled.append(moved.pk)
+                cancelled.append(moved)
         ready = _mark_done(cancelled) if cancelled else []
     return released
 
 
 _FINISHED = ", ".join(repr(str(status)) for status in sorted(FINISHED))
-# The jobs of ``ended`` (a CTE of ``id, workflow_id``) that a range edge holds, with that
-# edge: a workflow's ranges never overlap, so the one holding a job is the first that ends at
-# or after it (an index probe on ``job_dep_range_idx``), if it also starts at or before it.
+# The jobs that ended, as two arrays (ids, workflow ids) given by the caller, who has their
+# rows: nothing here reads them again.
+_ENDED = "ended AS (SELECT * FROM unnest(%s::bigint[], %s::bigint[]) AS u(id, workflow_id))"
+# The dependants of the range edges holding ``ended`` jobs: a workflow's ranges never
+# overlap, so the one holding a job is the first that ends at or after it (an index probe on
+# ``job_dep_range_idx``), if it also starts at or before it.
 _SPANNED = (
     f"SELECT e.dependant_id FROM ended j JOIN {EDGES} e ON e.workflow_id = j.workflow_id "
     f"AND e.range_end = (SELECT min(r.range_end) FROM {EDGES} r WHERE r.workflow_id = "
     "j.workflow_id AND r.range_end IS NOT NULL AND r.range_end >= j.id) "
     "WHERE e.dependency_id <= j.id AND NOT e.done"
-)
-# Steps 1 and 2 in one statement: the ended jobs' own edges are marked (and row-locked) by
-# the CTE, the dependants of the ranges holding them found, before the main query locks
-# the dependants, in id order (one lock order for every transaction). A range edge is not
-# marked here: whether its range has a member left is asked in step 3. Only the jobs that
-# are now finished count (after an end sent in the same message: a run taken away, or
-# cancelled meanwhile, is not; whoever ends it advances it).
-_MARK_AND_LOCK_PG = (
-    f"WITH ended AS (SELECT id, workflow_id FROM {JOBS} WHERE id = ANY(%s::bigint[]) "
-    f"AND status IN ({_FINISHED})), "
-    f"marked AS (UPDATE {EDGES} SET done = true WHERE dependency_id IN (SELECT id FROM ended) "
-    "AND range_end IS NULL AND NOT done RETURNING dependant_id) "
-    f"SELECT id, status FROM {JOBS} WHERE id IN (SELECT dependant_id FROM marked "
-    f"UNION ALL {_SPANNED}) ORDER BY id FOR NO KEY UPDATE"
 )
 # The id of the range edge holding a job, if any; parameters: the job's workflow twice,
 # then the job twice.
@@ -219,6 +207,19 @@ HOLDING = (
     f"SELECT id FROM {EDGES} WHERE workflow_id = %s AND range_end = (SELECT min(range_end) "
     f"FROM {EDGES} WHERE workflow_id = %s AND range_end IS NOT NULL AND range_end >= %s) "
     "AND dependency_id <= %s"
+)
+# Steps 1 and 2 in one statement: the ended jobs' own edges are marked (and row-locked) by
+# the CTE, if the job is finished now (after an end sent in the same message: a run taken
+# away, or cancelled meanwhile, is not; whoever ends it advances it); the dependants of the
+# ranges holding them are found (a range is not marked: whether it has a member left is
+# asked in step 3, of the members' statuses); then the main query locks the dependants, in
+# id order (one lock order for every transaction).
+_MARK_AND_LOCK_PG = (
+    f"WITH {_ENDED}, marked AS (UPDATE {EDGES} e SET done = true FROM {JOBS} j "
+    "WHERE e.dependency_id IN (SELECT id FROM ended) AND e.range_end IS NULL AND NOT e.done "
+    f"AND j.id = e.dependency_id AND j.status IN ({_FINISHED}) RETURNING e.dependant_id) "
+    f"SELECT id, status FROM {JOBS} WHERE id IN (SELECT dependant_id FROM marked "
+    f"UNION ALL {_SPANNED}) ORDER BY id FOR NO KEY UPDATE"
 )
 _MARK_AND_LOCK = {
     "postgresql": _MARK_AND_LOCK_PG,
@@ -251,29 +252,34 @@ def waits(dependant: str) -> str:
 # the locks) that answers the dependants now ready (nothing left to wait for) with their
 # payloads, so a dependant still waiting costs no round trip of its own.
 _READY = (
-    f"WITH ended AS (SELECT id, workflow_id FROM {JOBS} WHERE id = ANY(%s::bigint[])) "
-    f"SELECT d.id, d.payload FROM {JOBS} d WHERE d.id IN (SELECT dependant_id FROM {EDGES} "
-    f"WHERE dependency_id IN (SELECT id FROM ended) AND range_end IS NULL UNION ALL {_SPANNED}) "
-    f"AND d.status = %s AND NOT {waits('d.id')}"
+    f"WITH {_ENDED} SELECT d.id, d.payload FROM {JOBS} d WHERE d.id IN (SELECT dependant_id "
+    f"FROM {EDGES} WHERE dependency_id IN (SELECT id FROM ended) AND range_end IS NULL "
+    f"UNION ALL {_SPANNED}) AND d.status = %s AND NOT {waits('d.id')}"
 )
 
 
-def _mark_done(dependencies: list[int]) -> list[tuple[int, object]]:
+def _keys(jobs: list[Job]) -> list[list[int]]:
+    """``_ENDED``'s parameters for ``jobs``."""
+    return [[job.pk for job in jobs], [job.workflow_id for job in jobs]]
+
+
+def _mark_done(dependencies: list[Job]) -> list[tuple[int, object]]:
     """Mark ``dependencies``' edges done and lock their dependants; return those still
     waiting that may be ready, each with its payload if step 3 already found it ready (sent
     in the same message) or ``ASK`` (``_decide`` asks)."""
     with connection.cursor() as cursor:
         if connection.vendor != "postgresql":
             ids = ", ".join(["%s"] * len(dependencies))
-            cursor.execute(_MARK_AND_LOCK["sqlite"].format(ids=ids), dependencies)
+            cursor.execute(
+                _MARK_AND_LOCK["sqlite"].format(ids=ids), [job.pk for job in dependencies]
+            )
             return [(job_id, ASK) for job_id in sorted({row[0] for row in cursor.fetchall()})]
+        keys = _keys(dependencies)
         if not statements.several_per_message():  # steps 1 and 2 alone; 3 per dependant
-            cursor.execute(_MARK_AND_LOCK["postgresql"], [dependencies])
+            cursor.execute(_MARK_AND_LOCK["postgresql"], keys)
             locked = cursor.fetchall()
             return [(job_id, ASK) for job_id, status in locked if status == S.WAITING]
-        cursor.execute(
-            f"{_MARK_AND_LOCK['postgresql']}; {_READY}", [dependencies, dependencies, S.WAITING]
-        )
+        cursor.execute(f"{_MARK_AND_LOCK['postgresql']}; {_READY}", [*keys, *keys, S.WAITING])
         locked = cursor.fetchall()
         cursor.nextset()
         return _still_waiting(locked, dict(cursor.fetchall()))

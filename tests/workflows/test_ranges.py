@@ -168,8 +168,8 @@ def test_the_range_statements_use_their_indexes_at_scale():
         cursor.execute("SET plan_cache_mode = force_generic_plan")
         plans = {}
         for name, sql, params in (
-            ("mark", release._MARK_AND_LOCK_PG, [ids[:25]]),
-            ("ready", release._READY, [ids[:25], S.WAITING]),
+            ("mark", release._MARK_AND_LOCK_PG, [ids[:25], [flow.pk] * 25]),
+            ("ready", release._READY, [ids[:25], [flow.pk] * 25, S.WAITING]),
         ):
             cursor.execute(prepared._prepare(f"probe_{name}", sql))
             marks = ", ".join(["%s"] * len(params))
