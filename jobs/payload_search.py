@@ -17,7 +17,7 @@ searched whole, a ``members`` key of its own included.
 from django.db.models import Case, F, Func, JSONField, Q, When
 from django.db.models.fields.json import DataContains
 
-# The key a workflow's engine writes (jobs.workflows.release.MEMBERS_KEY, not imported: the
+# The key a workflow's engine writes (jobs.workflows.inputs.MEMBERS_KEY, not imported: the
 # workflows import the job models, and this is read by the jobs list).
 ENGINE_KEY = "members"
 

@@ -22,7 +22,8 @@ from jobs.workflows.build import (
     group,
 )
 from jobs.workflows.errors import WorkflowError
-from jobs.workflows.release import MEMBERS_KEY, PREVIOUS_KEY, advance
+from jobs.workflows.inputs import MEMBERS_KEY, PREVIOUS_KEY
+from jobs.workflows.release import advance
 from jobs.workflows.retry import resume
 from jobs.workflows.state import (
     WorkflowNotFound,

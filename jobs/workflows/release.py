@@ -37,15 +37,12 @@ miss. And at most one can release it: the second to lock sees D no longer ``wait
 (the first's committed release), and the release's ``WHERE status = 'waiting'`` would refuse
 it anyway. Nothing polls; nothing is decided outside a transaction that records an end.
 
-The released job's payload gets its dependencies' outcomes, in the order the workflow
-declared them, computed in that same transaction (``with_inputs``): ``"members"``: a list of
-``{job_id, task, status, reason, result, error}``, and ``"previous"``: the result of its one
-dependency when it has exactly one (a chain's step).
+The released job's payload gets its dependencies' outcomes, read in that same transaction
+(jobs.workflows.inputs).
 
 What an operator's retry of a node does to its workflow is jobs.workflows.retry.
 """
 
-import json
 from collections.abc import Callable
 
 from django.db import connection
@@ -66,13 +63,11 @@ from jobs.models import (
 from jobs.publish import publish_on_commit
 from jobs.services.base import log_job
 from jobs.transitions import transition
+from jobs.workflows.inputs import as_stored, inputs_of
 
 S = JobStatus
 EDGES = JobDependency._meta.db_table
 JOBS = Job._meta.db_table
-# A released job's payload keys (documented in docs/jobs.md, Workflows).
-MEMBERS_KEY = "members"
-PREVIOUS_KEY = "previous"
 # A dependant whose readiness is still to be asked (``_decide``).
 ASK = object()
 
@@ -314,21 +309,19 @@ def _decide(dependant: int, payload=ASK) -> Job | None:
             if row[0] or row[1] is None:
                 return None
             payload = row[1]
-    condition, members = inputs_of(dependant)
-    failed = [member for member in members if _failed(member)]
-    if condition == Condition.SUCCESS and failed:
-        first = failed[0]
-        why = f"dependency job {first['job_id']} ({first['task']}) ended {first['status']}"
+    inputs = inputs_of(dependant)
+    if inputs.condition == Condition.SUCCESS and inputs.first_failed:
+        job_id, task, status = inputs.first_failed
+        why = f"dependency job {job_id} ({task}) ended {status}"
         return _cancel(dependant, JobReason.UPSTREAM, why)
-    if condition == Condition.FAILURE and not failed:
+    if inputs.condition == Condition.FAILURE and not inputs.first_failed:
         return _cancel(dependant, JobReason.NOT_NEEDED, "not needed: every dependency succeeded")
-    payload = with_inputs(payload, members)
     now = timezone.now()
     moved = transition(
         Q(pk=dependant),
         S.QUEUED,
         from_=[S.WAITING],
-        payload=payload,
+        payload=as_stored(inputs.payload(payload)),
         run_after=now,
         published_at=now,
         publish_count=0,
@@ -340,62 +333,6 @@ def _decide(dependant: int, payload=ASK) -> Job | None:
     return None
 
 
-def _failed(member: dict) -> bool:
-    """Whether a dependency's end counts as a failure: not a success, nor a callback that
-    was not needed (its condition did not hold, nothing failed)."""
-    return member["status"] != S.SUCCEEDED and member["reason"] != JobReason.NOT_NEEDED
-
-
-def with_inputs(payload, members: list[dict]) -> dict:
-    """``payload`` with its dependencies' outcomes: ``"members"``, and ``"previous"`` when
-    there is one dependency."""
-    payload = _loads(payload)
-    payload[MEMBERS_KEY] = members
-    if len(members) == 1:
-        payload[PREVIOUS_KEY] = members[0]["result"]
-    return payload
-
-
-def inputs_of(dependant: int) -> tuple[str, list[dict]]:
-    """Return ``dependant``'s condition and its dependencies' outcomes, in declared order (a
-    range edge's members in id order, which is theirs), as it is decided; on PostgreSQL its
-    range edges are marked done in the same statement (nothing is left to wait for)."""
-    columns = "e.condition, j.id, j.task, j.status, j.reason, j.result, j.last_error"
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            cursor.execute(
-                f"WITH taken AS (UPDATE {EDGES} SET done = true WHERE dependant_id = %s "
-                "AND range_end IS NOT NULL AND NOT done) "
-                f"SELECT {columns}, e.id AS edge FROM {EDGES} e JOIN {JOBS} j "
-                "ON j.id = e.dependency_id WHERE e.dependant_id = %s AND e.range_end IS NULL "
-                f"UNION ALL SELECT {columns}, e.id FROM {EDGES} e JOIN {JOBS} j "
-                "ON j.workflow_id = e.workflow_id AND j.id >= e.dependency_id "
-                "AND j.id <= e.range_end WHERE e.dependant_id = %s AND e.range_end IS NOT NULL "
-                "ORDER BY edge, 2",
-                [dependant, dependant, dependant],
-            )
-        else:  # no range edges (jobs.workflows.rows.edges)
-            cursor.execute(
-                f"SELECT {columns} FROM {EDGES} e JOIN {JOBS} j ON j.id = e.dependency_id "
-                "WHERE e.dependant_id = %s ORDER BY e.id",
-                [dependant],
-            )
-        rows = [row[:7] for row in cursor.fetchall()]
-    condition = rows[0][0] if rows else Condition.COMPLETE
-    members = [
-        {
-            "job_id": job_id,
-            "task": task,
-            "status": status,
-            "reason": reason,
-            "result": _loads(result) if result is not None else None,
-            "error": (error or None) if status != S.SUCCEEDED else None,
-        }
-        for _, job_id, task, status, reason, result, error in rows
-    ]
-    return condition, members
-
-
 def _cancel(dependant: int, reason: JobReason, why: str) -> Job | None:
     moved = transition(
         Q(pk=dependant), S.CANCELLED, from_=[S.WAITING], reason=reason, last_error=why
@@ -404,7 +341,3 @@ def _cancel(dependant: int, reason: JobReason, why: str) -> Job | None:
         log_job("workflow.cancelled_dependant", moved[0], reason=reason, error=why)
         return moved[0]
     return None
-
-
-def _loads(value):
-    return json.loads(value) if isinstance(value, str | bytes) else value

@@ -22,12 +22,15 @@ In a workflow cancelled as a whole the node runs alone, as it stands: it does no
 nothing downstream waits for it again (those were cancelled with the workflow).
 """
 
+import json
+
 from django.db import connection
 from django.db.models import Q
 
 from jobs.models import Job, JobReason, JobStatus, Workflow
 from jobs.transitions import transition
-from jobs.workflows.release import EDGES, HOLDING, JOBS, inputs_of, waits, with_inputs
+from jobs.workflows.inputs import as_stored, inputs_of
+from jobs.workflows.release import EDGES, HOLDING, JOBS, waits
 
 S = JobStatus
 WORKFLOWS = Workflow._meta.db_table
@@ -64,10 +67,11 @@ def retried(job: Job) -> Job:
     if job.workflow_id is None or _cancelled(job.workflow_id):
         return job
     if job.status == S.QUEUED:
-        _, members = inputs_of(job.pk)
-        if members:
-            job.payload = with_inputs(job.payload, members)
-            Job.objects.filter(pk=job.pk).update(payload=job.payload)
+        inputs = inputs_of(job.pk)
+        if inputs.count:
+            text = inputs.payload(job.payload)
+            Job.objects.filter(pk=job.pk).update(payload=as_stored(text))
+            job.payload = json.loads(text)
     resume(job)
     return job
 
