@@ -49,24 +49,22 @@ def _build(schema_editor, model, index) -> None:
         raise RuntimeError(f"index {index.name} was not built; run the migration again")
 
 
-def forward(apps, schema_editor):
+def _replace(apps, schema_editor, old: models.Index, new: models.Index) -> None:
     job = apps.get_model("jobs", "Job")
     if schema_editor.connection.vendor != "postgresql":
-        schema_editor.add_index(job, NEW)
-        schema_editor.remove_index(job, OLD)
+        schema_editor.add_index(job, new)
+        schema_editor.remove_index(job, old)
         return
-    _build(schema_editor, job, NEW)
-    schema_editor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {OLD.name}")
+    _build(schema_editor, job, new)
+    schema_editor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {old.name}")
+
+
+def forward(apps, schema_editor):
+    _replace(apps, schema_editor, OLD, NEW)
 
 
 def backward(apps, schema_editor):
-    job = apps.get_model("jobs", "Job")
-    if schema_editor.connection.vendor != "postgresql":
-        schema_editor.add_index(job, OLD)
-        schema_editor.remove_index(job, NEW)
-        return
-    _build(schema_editor, job, OLD)
-    schema_editor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {NEW.name}")
+    _replace(apps, schema_editor, NEW, OLD)
 
 
 class Migration(migrations.Migration):
