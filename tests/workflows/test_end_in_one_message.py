@@ -7,7 +7,7 @@ from django.db import DataError, connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from jobs import completer, services, statements, workflows
+from jobs import completer, conf, services, statements, workflows
 from jobs.models import Job, JobDependency, JobStatus
 from jobs.workflows import release
 from tests.workflows.conftest import enqueue
@@ -26,6 +26,11 @@ def _claimed_chord(members: int) -> tuple[list[Job], Job]:
     return [services.job_claim(node.pk, worker="w/1") for node in nodes], callback
 
 
+def _preparing() -> bool:
+    """Whether this connection sends the engine's statements prepared (jobs.prepared)."""
+    return connection.vendor == "postgresql" and conf.get().prepared_statements
+
+
 def _successes(runs: list[Job]) -> list[statements.Success]:
     return [statements.Success(run, str(run.pk), run.started_at, timezone.now()) for run in runs]
 
@@ -37,7 +42,7 @@ def test_a_chunk_that_releases_nothing_costs_two_round_trips_and_the_last_releas
         settled = completer.succeed_many(_successes(runs[2:4]))
     assert [succeeded for _, succeeded in settled] == [True] * 2
     assert [query["sql"].split(";")[0] for query in queries] == ["BEGIN", "COMMIT"]
-    if connection.vendor == "postgresql":  # sent as the prepared statements (jobs.prepared)
+    if _preparing():  # sent as the prepared statements (jobs.prepared)
         assert queries[0]["sql"].count("; EXECUTE conveyor_") == 3
     callback.refresh_from_db()
     assert callback.status == S.WAITING
@@ -113,8 +118,8 @@ def test_inside_the_callers_transaction_it_keeps_to_an_atomic_block():
 
 
 def test_a_prepared_statement_the_server_lost_is_sent_again_as_text_and_nothing_is_lost():
-    if connection.vendor != "postgresql":
-        pytest.skip("prepared statements are PostgreSQL's")
+    if not _preparing():
+        pytest.skip("no prepared statements here (PostgreSQL's, CONVEYOR_PREPARED_STATEMENTS)")
     runs, callback = _claimed_chord(2)
     completer.succeed_many(_successes(runs[:1]))  # prepares them
     with connection.cursor() as cursor:
