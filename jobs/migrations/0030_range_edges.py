@@ -1,9 +1,10 @@
-"""A range edge: one edge for a group's members (``JobDependency.range_end``), and the index
-that finds the range holding an ended member. The edges table is small next to the jobs
-table (one row per edge of an unpurged workflow): a plain build.
+"""A range edge: one edge for a group's members (``JobDependency.range_start`` and
+``range_end``, no ``dependency``), and the index that finds the range holding an ended
+member. The edges table is small next to the jobs table (one row per edge of an unpurged
+workflow): a plain build.
 
 Unapplied, each range edge becomes one edge per member first (done where the member has
-ended), so the code before it finds every dependency it waits for.
+ended), in the members' order, so the code before it finds every dependency it waits for.
 """
 
 from django.db import migrations, models
@@ -21,15 +22,11 @@ def expand_ranges(apps, schema_editor):
             "SELECT e.workflow_id, e.dependant_id, j.id, e.condition, "
             "e.done OR j.status IN (%s, %s, %s) "
             f"FROM {edges} e JOIN {jobs} j ON j.workflow_id = e.workflow_id "
-            "AND j.id > e.dependency_id AND j.id <= e.range_end WHERE e.range_end IS NOT NULL",
+            "AND j.id >= e.range_start AND j.id <= e.range_end WHERE e.range_end IS NOT NULL "
+            "ORDER BY e.id, j.id",
             FINISHED,
         )
-        cursor.execute(
-            f"UPDATE {edges} e SET range_end = NULL, done = e.done OR EXISTS (SELECT 1 "
-            f"FROM {jobs} j WHERE j.id = e.dependency_id AND j.status IN (%s, %s, %s)) "
-            "WHERE e.range_end IS NOT NULL",
-            FINISHED,
-        )
+        cursor.execute(f"DELETE FROM {edges} WHERE range_end IS NOT NULL")
 
 
 class Migration(migrations.Migration):
@@ -38,8 +35,26 @@ class Migration(migrations.Migration):
     operations = [
         migrations.AddField(
             model_name="jobdependency",
+            name="range_start",
+            field=models.BigIntegerField(blank=True, null=True),
+        ),
+        migrations.AddField(
+            model_name="jobdependency",
             name="range_end",
             field=models.BigIntegerField(blank=True, null=True),
+        ),
+        migrations.AlterField(
+            model_name="jobdependency",
+            name="dependency",
+            field=models.ForeignKey(
+                blank=True,
+                db_constraint=False,
+                db_index=False,
+                null=True,
+                on_delete=models.deletion.CASCADE,
+                related_name="+",
+                to="jobs.job",
+            ),
         ),
         migrations.AddIndex(
             model_name="jobdependency",

@@ -231,7 +231,7 @@ class Job(models.Model):
                 name="job_workflow_idx",
             ),
             # Workflows' unfinished and dead jobs only, as many rows as such jobs, however
-            # long the history (migration 0030 builds it): the workflows a purge keeps whole
+            # long the history (migration 0031 builds it): the workflows a purge keeps whole
             # (a purge of dead jobs asks the unfinished only), and whether a range of a
             # group's members has one left (jobs.workflows.release).
             models.Index(

@@ -61,16 +61,24 @@ class Workflow(models.Model):
 
 
 class JobDependency(models.Model):
-    """``dependant`` waits for ``dependency`` to end; ``done`` once it has.
+    """``dependant`` waits for ``dependency`` to end, or for every job of a *range*.
 
-    ``done`` is written only by the transaction that records the dependency's end (and put
-    back by a retry of it): the release check reads the not-done edges of one dependant
-    through the partial index, never a counter every member updates. The keys to jobs have
-    no constraint in the database, nor has the key to the workflow (an edge is written only
-    with its jobs and its workflow, by jobs.workflows.build, and a constraint's check on each
-    of a 10,000-member chord's edges cost more than the insert): the purge's batch DELETE of
-    finished jobs deletes their edges in the same statement (project.batch_delete follows
-    these CASCADEs), as Django's own delete does.
+    An edge to one ``dependency`` is ``done`` once that job has ended: written only by the
+    transaction that records that end (and put back by a retry of it). A range edge (no
+    ``dependency``; ``range_start`` and ``range_end`` set) waits for every job of its workflow
+    whose id is in that range: a group's members, written one after another, as one edge, so
+    their ends write no edge at all; whether one is left is asked of the index of workflows'
+    unfinished jobs, and the edge is ``done`` once its dependant is decided (released or
+    cancelled) or its workflow cancelled. A workflow's ranges never overlap, but dependants
+    may share one (jobs.workflows.rows.edges). The release check reads one dependant's
+    not-done edges through the partial index, never a counter every member updates.
+
+    The keys to jobs have no constraint in the database, nor has the key to the workflow (an
+    edge is written only with its jobs and its workflow, by jobs.workflows.build, and a
+    constraint's check on each of a 10,000-member chord's edges cost more than the insert):
+    the purge's batch DELETE of finished jobs deletes their edges in the same statement
+    (project.batch_delete follows these CASCADEs), as Django's own delete does. A range edge
+    goes with its dependant only: its members may be purged one by one.
     """
 
     # Nothing done on the workflow's delete: an edge goes with its jobs (the keys above), and
@@ -87,19 +95,21 @@ class JobDependency(models.Model):
     dependant = models.ForeignKey(
         "jobs.Job", on_delete=models.CASCADE, related_name="+", db_constraint=False, db_index=False
     )
-    dependency = models.ForeignKey(
-        "jobs.Job", on_delete=models.CASCADE, related_name="+", db_constraint=False, db_index=False
+    dependency = models.ForeignKey(  # None: a range edge
+        "jobs.Job",
+        on_delete=models.CASCADE,
+        related_name="+",
+        db_constraint=False,
+        db_index=False,
+        null=True,
+        blank=True,
     )
     condition = models.CharField(
         max_length=16, choices=Condition.choices, default=Condition.SUCCESS
     )
     done = models.BooleanField(default=False)
-    # A range edge: ``dependant`` waits for every job of the workflow whose id is from
-    # ``dependency`` to this one, a group's members written one after another (None: for
-    # ``dependency`` alone). One edge for a 10,000-member group: its members' ends write no
-    # edge, and whether one is left is asked of the index of unfinished workflow jobs.
-    # ``done`` is set once the dependant is decided (released or cancelled). A workflow's
-    # ranges never overlap (jobs.workflows.rows.ranges).
+    # A range edge's first and last job ids (both None for an edge to one ``dependency``).
+    range_start = models.BigIntegerField(null=True, blank=True)
     range_end = models.BigIntegerField(null=True, blank=True)
 
     class Meta:
@@ -124,5 +134,5 @@ class JobDependency(models.Model):
 
     def __str__(self) -> str:
         if self.range_end is not None:
-            return f"job {self.dependant_id} waits for jobs {self.dependency_id}–{self.range_end}"
+            return f"job {self.dependant_id} waits for jobs {self.range_start}–{self.range_end}"
         return f"job {self.dependant_id} waits for job {self.dependency_id}"

@@ -70,13 +70,13 @@ def describe(workflow: Workflow, *, after: int | None = None, limit: int = DEFAU
         edges = JobDependency.objects.filter(
             dependant_id__in=list(depends), workflow=workflow
         ).order_by("id")
-        for dependant, dependency, range_end in edges.values_list(
-            "dependant_id", "dependency_id", "range_end"
+        for dependant, dependency, range_start, range_end in edges.values_list(
+            "dependant_id", "dependency_id", "range_start", "range_end"
         ):
             if range_end is None:
                 depends[dependant].append(dependency)
                 continue
-            members = workflow.jobs.filter(pk__gte=dependency, pk__lte=range_end)
+            members = workflow.jobs.filter(pk__gte=range_start, pk__lte=range_end)
             depends[dependant] += members.order_by("id").values_list("id", flat=True)
     return {
         "id": workflow.pk,

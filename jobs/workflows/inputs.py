@@ -29,9 +29,9 @@ _DEPENDENCIES = (
     f"WITH taken AS (UPDATE {EDGES} SET done = true WHERE dependant_id = %s "
     "AND range_end IS NOT NULL AND NOT done), "
     f"dependencies AS (SELECT {_COLUMNS} FROM {EDGES} e JOIN {JOBS} j ON j.id = e.dependency_id "
-    "WHERE e.dependant_id = %s AND e.range_end IS NULL "
+    "WHERE e.dependant_id = %s "
     f"UNION ALL SELECT {_COLUMNS} FROM {EDGES} e JOIN {JOBS} j "
-    "ON j.workflow_id = e.workflow_id AND j.id >= e.dependency_id AND j.id <= e.range_end "
+    "ON j.workflow_id = e.workflow_id AND j.id >= e.range_start AND j.id <= e.range_end "
     "WHERE e.dependant_id = %s AND e.range_end IS NOT NULL) "
 )
 # A failure: not a success, nor a callback that was not needed (its condition did not hold,

@@ -194,14 +194,14 @@ _SPANNED = (
     f"SELECT e.dependant_id FROM ended j JOIN {EDGES} e ON e.workflow_id = j.workflow_id "
     f"AND e.range_end = (SELECT min(r.range_end) FROM {EDGES} r WHERE r.workflow_id = "
     "j.workflow_id AND r.range_end IS NOT NULL AND r.range_end >= j.id) "
-    "WHERE e.dependency_id <= j.id AND NOT e.done"
+    "WHERE e.range_start <= j.id AND NOT e.done"
 )
 # The id of the range edge holding a job, if any; parameters: the job's workflow twice,
 # then the job twice.
 HOLDING = (
     f"SELECT id FROM {EDGES} WHERE workflow_id = %s AND range_end = (SELECT min(range_end) "
     f"FROM {EDGES} WHERE workflow_id = %s AND range_end IS NOT NULL AND range_end >= %s) "
-    "AND dependency_id <= %s"
+    "AND range_start <= %s"
 )
 # Steps 1 and 2 in one statement: the ended jobs' own edges are marked (and row-locked) by
 # the CTE, if the job is finished now (after an end sent in the same message: a run taken
@@ -211,7 +211,7 @@ HOLDING = (
 # id order (one lock order for every transaction).
 _MARK_AND_LOCK_PG = (
     f"WITH {_ENDED}, marked AS (UPDATE {EDGES} e SET done = true FROM {JOBS} j "
-    "WHERE e.dependency_id IN (SELECT id FROM ended) AND e.range_end IS NULL AND NOT e.done "
+    "WHERE e.dependency_id IN (SELECT id FROM ended) AND NOT e.done "
     f"AND j.id = e.dependency_id AND j.status IN ({_FINISHED}) RETURNING e.dependant_id) "
     f"SELECT id, status FROM {JOBS} WHERE id IN (SELECT dependant_id FROM marked "
     f"UNION ALL {_SPANNED}) ORDER BY id FOR NO KEY UPDATE"
@@ -228,7 +228,7 @@ _MARK_ENDED_AND_LOCK = _MARK_AND_LOCK_PG
 # status of ``job_workflow_open_idx`` (workflow, status, id), the first found enough.
 _MEMBER_LEFT = " OR ".join(
     f"EXISTS (SELECT 1 FROM {JOBS} m WHERE m.workflow_id = e.workflow_id "
-    f"AND m.status = '{status}' AND m.id >= e.dependency_id AND m.id <= e.range_end)"
+    f"AND m.status = '{status}' AND m.id >= e.range_start AND m.id <= e.range_end)"
     for status in UNFINISHED
 )
 
@@ -248,7 +248,7 @@ def waits(dependant: str) -> str:
 # payloads, so a dependant still waiting costs no round trip of its own.
 _READY = (
     f"WITH {_ENDED} SELECT d.id, d.payload FROM {JOBS} d WHERE d.id IN (SELECT dependant_id "
-    f"FROM {EDGES} WHERE dependency_id IN (SELECT id FROM ended) AND range_end IS NULL "
+    f"FROM {EDGES} WHERE dependency_id IN (SELECT id FROM ended) "
     f"UNION ALL {_SPANNED}) AND d.status = %s AND NOT {waits('d.id')}"
 )
 

@@ -87,7 +87,7 @@ def resume(job: Job) -> int:
     todo = [(job.pk, job.workflow_id)]
     while todo:
         dependency, workflow_id = todo.pop()
-        edges = f"SELECT id FROM {EDGES} WHERE dependency_id = %s AND range_end IS NULL"
+        edges = f"SELECT id FROM {EDGES} WHERE dependency_id = %s"
         params = [dependency]
         if connection.vendor == "postgresql":  # SQLite has no range edges
             edges += f" UNION ALL {HOLDING}"

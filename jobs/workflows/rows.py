@@ -82,11 +82,10 @@ def job_row(node, waits: bool, now, defaults: dict) -> Job:
     )
 
 
-def edges(
-    order: list, deps: dict, ids: dict, default: str
-) -> list[tuple[int, int, str, int | None]]:
-    """The edges ``(dependant, dependency, condition, range_end)`` of nodes in topological
-    ``order`` whose jobs have ``ids``: a range edge (``range_end`` set, see JobDependency) for
+def edges(order: list, deps: dict, ids: dict, default: str) -> list[tuple]:
+    """The edges ``(dependant, dependency, condition, range_start, range_end)`` of nodes in
+    topological ``order`` whose jobs have ``ids``: a range edge (no dependency, see
+    JobDependency) for
     the dependencies of a node that are two or more jobs written one after another, in the
     declared order, and overlap no other node's range (a group's members, which every
     callback of that group shares); else one edge per dependency. The jobs' ids follow
@@ -96,7 +95,7 @@ def edges(
     ranged = connection.vendor == "postgresql" and all(map(int.__lt__, written, written[1:]))
     position = {node: index for index, node in enumerate(order)} if ranged else {}
     owner: dict[int, tuple[int, int]] = {}  # a position taken by a range: that range
-    rows: list[tuple[int, int, str, int | None]] = []
+    rows: list[tuple] = []
     for node in order:
         found = deps[node]
         if not found:
@@ -104,9 +103,9 @@ def edges(
         condition = node.condition or default
         span = _span(found, position, owner) if ranged and len(found) > 1 else None
         if span is not None:
-            rows.append((ids[node], ids[found[0]], condition, ids[found[-1]]))
+            rows.append((ids[node], None, condition, ids[found[0]], ids[found[-1]]))
             continue
-        rows.extend((ids[node], ids[dependency], condition, None) for dependency in found)
+        rows.extend((ids[node], ids[dependency], condition, None, None) for dependency in found)
     return rows
 
 
@@ -125,7 +124,7 @@ def _span(found, position: dict, owner: dict) -> tuple[int, int] | None:
     return span
 
 
-def insert_edges(workflow_id: int, edges: list[tuple[int, int, str, int | None]]) -> None:
+def insert_edges(workflow_id: int, edges: list[tuple]) -> None:
     if not edges:
         return
     if connection.vendor == "postgresql":  # one statement, however many edges
@@ -140,19 +139,23 @@ def insert_edges(workflow_id: int, edges: list[tuple[int, int, str, int | None]]
         with connection.cursor() as cursor:
             cursor.execute(
                 f"INSERT INTO {table} "
-                "(workflow_id, dependant_id, dependency_id, condition, range_end, done) "
-                "SELECT %s, d, p, c, r, false "
-                "FROM unnest(%s::bigint[], %s::bigint[], %s::varchar[], %s::bigint[]) "
-                "AS e(d, p, c, r)",
+                "(workflow_id, dependant_id, dependency_id, condition, range_start, range_end, "
+                "done) SELECT %s, d, p, c, s, r, false FROM unnest(%s::bigint[], %s::bigint[], "
+                "%s::varchar[], %s::bigint[], %s::bigint[]) AS e(d, p, c, s, r)",
                 [workflow_id, *arrays],
             )
         return
     JobDependency.objects.bulk_create(
         [
             JobDependency(
-                workflow_id=workflow_id, dependant_id=d, dependency_id=p, condition=c, range_end=r
+                workflow_id=workflow_id,
+                dependant_id=d,
+                dependency_id=p,
+                condition=c,
+                range_start=s,
+                range_end=r,
             )
-            for d, p, c, r in edges
+            for d, p, c, s, r in edges
         ],
         batch_size=500,
     )

@@ -92,15 +92,15 @@ def nodes_of(workflow: Workflow) -> tuple[list[Job], list[tuple[int, int, bool]]
     rows = (
         JobDependency.objects.filter(dependant__workflow=workflow)
         .order_by("id")
-        .values_list("dependant_id", "dependency_id", "done", "range_end")
+        .values_list("dependant_id", "dependency_id", "done", "range_start", "range_end")
     )
     ids = [job.pk for job in jobs]
     edges: list[tuple[int, int, bool]] = []
-    for dependant, dependency, done, range_end in rows:
+    for dependant, dependency, done, range_start, range_end in rows:
         if range_end is None:
             edges.append((dependant, dependency, done))
             continue
-        members = jobs[bisect_left(ids, dependency) : bisect_right(ids, range_end)]
+        members = jobs[bisect_left(ids, range_start) : bisect_right(ids, range_end)]
         edges.extend((dependant, job.pk, done or job.status in FINISHED) for job in members)
     return jobs, edges
 
@@ -151,7 +151,7 @@ def workflow_cancel(workflow_id: int, *, actor: str) -> Workflow:
         running = Job.objects.filter(
             workflow_id=workflow_id,
             status=S.RUNNING,
-            pk__gte=OuterRef("dependency_id"),
+            pk__gte=OuterRef("range_start"),
             pk__lte=OuterRef("range_end"),
         )
         edges.filter(range_end__isnull=False).exclude(Exists(running)).update(done=True)

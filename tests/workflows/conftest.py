@@ -44,10 +44,17 @@ def assert_order(workflow) -> None:
     edges = JobDependency.objects.filter(workflow=workflow)
     for edge in edges:
         assert edge.done, edge
-        last = edge.dependency_id if edge.range_end is None else edge.range_end
+        first, last = (
+            (edge.dependency_id,) * 2
+            if edge.range_end is None
+            else (
+                edge.range_start,
+                edge.range_end,
+            )
+        )
         dependant = jobs[edge.dependant_id]
-        members = [jobs[pk] for pk in sorted(jobs) if edge.dependency_id <= pk <= last]
-        assert members and members[0].pk == edge.dependency_id, edge
+        members = [jobs[pk] for pk in sorted(jobs) if first <= pk <= last]
+        assert members and (members[0].pk, members[-1].pk) == (first, last), edge
         for dependency in members:
             if dependant.started_at is None:
                 assert dependant.status == JobStatus.CANCELLED

@@ -255,12 +255,14 @@ def test_a_celery_canvas_becomes_the_same_durable_workflow():
     ]
     assert right.priority == 5 and left.payload == {"n": 2}
     edges = set(
-        JobDependency.objects.values_list("dependant_id", "dependency_id", "condition", "range_end")
+        JobDependency.objects.values_list(
+            "dependant_id", "dependency_id", "condition", "range_start", "range_end"
+        )
     )
     assert edges == {
-        (left.pk, first.pk, "success", None),
-        (right.pk, first.pk, "success", None),
-        (callback.pk, left.pk, "complete", right.pk),  # one edge for the group's two members
+        (left.pk, first.pk, "success", None, None),
+        (right.pk, first.pk, "success", None, None),
+        (callback.pk, None, "complete", left.pk, right.pk),  # one edge for the group's two
     }
     assert set(workflows.nodes_of(flow)[1]) == {
         (left.pk, first.pk, False),

@@ -22,7 +22,7 @@ pytestmark = [
 def _stored(flow) -> set[tuple]:
     return set(
         JobDependency.objects.filter(workflow=flow).values_list(
-            "dependant_id", "dependency_id", "range_end", "done"
+            "dependant_id", "dependency_id", "range_start", "range_end", "done"
         )
     )
 
@@ -36,7 +36,7 @@ def test_a_failed_member_retried_brings_the_cancelled_callback_back_to_wait_for_
         )
     )
     first, second, third, callback = _nodes(flow)
-    assert _stored(flow) == {(callback.pk, first.pk, third.pk, False)}  # one edge, three jobs
+    assert _stored(flow) == {(callback.pk, None, first.pk, third.pk, False)}  # one edge, three jobs
 
     _succeed(first)
     _die(second)
@@ -45,12 +45,12 @@ def test_a_failed_member_retried_brings_the_cancelled_callback_back_to_wait_for_
     _succeed(third, result="3")
     callback.refresh_from_db()
     assert (callback.status, callback.reason) == (S.CANCELLED, JobReason.UPSTREAM)
-    assert _stored(flow) == {(callback.pk, first.pk, third.pk, True)}  # decided
+    assert _stored(flow) == {(callback.pk, None, first.pk, third.pk, True)}  # decided
 
     services.job_retry(second.pk, actor="op")
     callback.refresh_from_db()
     assert callback.status == S.WAITING and callback.finished_at is None
-    assert _stored(flow) == {(callback.pk, first.pk, third.pk, False)}
+    assert _stored(flow) == {(callback.pk, None, first.pk, third.pk, False)}
     _succeed(Job.objects.get(pk=second.pk), result="2")
     callback.refresh_from_db()
     assert callback.status == S.QUEUED
@@ -99,6 +99,27 @@ def test_a_callback_cancelled_by_hand_then_retried_while_a_member_runs_waits_for
     assert callback.status == S.QUEUED
 
 
+def test_a_ranges_first_member_deleted_leaves_the_others_outcomes():
+    """A range edge goes with its dependant only: the purge (or a bulk delete) of an ended
+    workflow's members one by one leaves it, and a retried callback gets what is left."""
+    flow = enqueue(workflows.chord(["tests.wf.add"] * 3, "tests.wf.collect"))
+    first, second, third, callback = _nodes(flow)
+    services.job_cancel(callback.pk, actor="op")
+    for job, result in ((first, "1"), (second, "2"), (third, "3")):
+        _succeed(job, result=result)
+    Job.objects.filter(pk=first.pk).delete()
+    assert _stored(flow) == {(callback.pk, None, first.pk, third.pk, False)}
+    assert set(workflows.nodes_of(flow)[1]) == {
+        (callback.pk, second.pk, True),
+        (callback.pk, third.pk, True),
+    }
+    assert services.job_retry(callback.pk, actor="op").status == S.QUEUED
+    callback.refresh_from_db()
+    assert [m["result"] for m in callback.payload["members"]] == [2, 3]
+    Job.objects.filter(pk=callback.pk).delete()  # the edge goes with its dependant
+    assert not JobDependency.objects.filter(workflow=flow).exists()
+
+
 def test_overlapping_or_unordered_dependencies_get_one_edge_each():
     graph = workflows.graph()
     a, b, c = (graph.add("tests.wf.add", key=key) for key in "abc")
@@ -109,12 +130,12 @@ def test_overlapping_or_unordered_dependencies_get_one_edge_each():
     flow = enqueue(graph)
     first, second, third, whole, last_two, backwards, same = _nodes(flow)
     assert _stored(flow) == {
-        (whole.pk, first.pk, third.pk, False),
-        (last_two.pk, second.pk, None, False),
-        (last_two.pk, third.pk, None, False),
-        (backwards.pk, third.pk, None, False),
-        (backwards.pk, second.pk, None, False),
-        (same.pk, first.pk, third.pk, False),
+        (whole.pk, None, first.pk, third.pk, False),
+        (last_two.pk, second.pk, None, None, False),
+        (last_two.pk, third.pk, None, None, False),
+        (backwards.pk, third.pk, None, None, False),
+        (backwards.pk, second.pk, None, None, False),
+        (same.pk, None, first.pk, third.pk, False),
     }
     for job, result in ((third, "3"), (first, "1"), (second, "2")):
         _succeed(job, result=result)
@@ -131,7 +152,7 @@ def test_cancelling_the_workflow_leaves_a_range_with_a_running_member_not_done()
     running = services.job_claim(first.pk, worker="hand/1")
     assert running is not None
     workflows.workflow_cancel(flow.pk, actor="op")
-    assert _stored(flow) == {(callback.pk, first.pk, second.pk, False)}  # the first runs
+    assert _stored(flow) == {(callback.pk, None, first.pk, second.pk, False)}  # the first runs
     assert set(workflows.nodes_of(flow)[1]) == {
         (callback.pk, first.pk, False),
         (callback.pk, second.pk, True),  # cancelled: ended
@@ -158,8 +179,10 @@ def test_the_range_statements_use_their_indexes_at_scale():
         )
         cursor.execute(  # other workflows' edges: plain ones, and a range in every ten
             "INSERT INTO jobs_jobdependency (workflow_id, dependant_id, dependency_id, "
-            "condition, done, range_end) SELECT %s + g %% 1000, 10000000 + g, 20000000 + g, "
-            "'success', g %% 3 = 0, CASE WHEN g %% 10 = 0 THEN 20000000 + g + 9 END "
+            "condition, done, range_start, range_end) SELECT %s + g %% 1000, 10000000 + g, "
+            "CASE WHEN g %% 10 <> 0 THEN 20000000 + g END, 'success', g %% 3 = 0, "
+            "CASE WHEN g %% 10 = 0 THEN 20000000 + g END, "
+            "CASE WHEN g %% 10 = 0 THEN 20000000 + g + 9 END "
             "FROM generate_series(1, 100000) AS g",
             [flow.pk + 2],
         )
