@@ -6,10 +6,10 @@ jobs.services.operator for the cancel of a job that was not running). An edge is
 dependency, or a *range*: a group's members, written one after another, that a callback
 waits for as one edge (``JobDependency.range_end``; jobs.workflows.rows.edges). It
 
-1. marks the jobs' own outgoing edges done (``UPDATE … SET done = true WHERE dependency =
-   ANY(ended) RETURNING dependant``) and finds the dependants of the ranges holding them
-   (one index probe each, writing nothing): so a 10,000-member group never takes turns on
-   one counter row, and its members' ends write no edge at all;
+1. marks the jobs' own outgoing edges done (``UPDATE … SET done = true WHERE dependency IN
+   (ended) … RETURNING dependant``, for those now finished) and finds the dependants of the
+   ranges holding them (one index probe each, writing nothing): so a 10,000-member group
+   never takes turns on one counter row, and its members' ends write no edge at all;
 2. locks their dependants' job rows, all in id order in that same statement (``SELECT …
    FOR NO KEY UPDATE``): one lock order for every transaction, so two chunks ending members
    of the same groups cannot deadlock;
