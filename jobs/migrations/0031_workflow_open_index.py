@@ -1,7 +1,7 @@
-"""The index of workflows' unfinished and dead jobs gains their ids: ``(workflow_id, status,
-id)``, so whether a range of a group's members has one left is one probe per status
-(jobs.workflows.release) as well as what a purge keeps (jobs.workflows.state). It replaces
-``job_kept_workflow_idx`` (``(workflow_id, status)``).
+"""The index of workflows' unfinished and dead jobs gains their ids: ``(workflow_id, id,
+status)``, so whether a range of a group's members has one left reads that range's entries
+only (jobs.workflows.release), as well as what a purge keeps (jobs.workflows.state). It
+replaces ``job_kept_workflow_idx`` (``(workflow_id, status)``).
 
 On PostgreSQL both are done ``CONCURRENTLY``: enqueue, claim and ends keep writing
 meanwhile, and the old index serves the purge until the new one is built. A build that
@@ -21,7 +21,7 @@ OLD = models.Index(
     name="job_kept_workflow_idx",
 )
 NEW = models.Index(
-    fields=["workflow", "status", "id"],
+    fields=["workflow", "id", "status"],
     condition=models.Q(
         workflow__isnull=False,
         status__in=("dead", "queued", "retrying", "running", "waiting"),

@@ -235,7 +235,7 @@ class Job(models.Model):
             # (a purge of dead jobs asks the unfinished only), and whether a range of a
             # group's members has one left (jobs.workflows.release).
             models.Index(
-                fields=["workflow", "status", "id"],
+                fields=["workflow", "id", "status"],
                 condition=Q(workflow__isnull=False, status__in=(S.DEAD, *UNFINISHED)),
                 name="job_workflow_open_idx",
             ),

@@ -43,7 +43,8 @@ _INPUTS = (
     f"'error', CASE WHEN status <> '{S.SUCCEEDED}' THEN NULLIF(last_error, '') END) "
     "ORDER BY edge, id)::text, '[]'), "
     f"(array_agg(json_build_array(id, task, status)::text ORDER BY edge, id) "
-    f"FILTER (WHERE {_FAILED}))[1] FROM dependencies"
+    f"FILTER (WHERE {_FAILED}))[1], "
+    "CASE WHEN count(*) = 1 THEN coalesce(min(result::text), 'null') END FROM dependencies"
 )
 
 
@@ -55,19 +56,16 @@ class Inputs:
     count: int
     members: str  # a JSON array of the outcomes, in declared order
     first_failed: tuple[int, str, str] | None  # (job_id, task, status)
+    previous: str | None  # the one dependency's result as JSON text, if there is one
 
     def payload(self, own) -> str:
-        """JSON text: ``own`` (the dependant's payload) with ``"members"`` (and
-        ``"previous"``), in place of any it had."""
-        own = {
-            key: value
-            for key, value in _loads(own).items()
-            if key not in (MEMBERS_KEY, PREVIOUS_KEY)
-        }
+        """JSON text: ``own`` (the dependant's payload) with ``"members"`` in place of any it
+        had, and ``"previous"`` in place of any it had when there is one dependency."""
+        replaced = (MEMBERS_KEY, PREVIOUS_KEY) if self.previous is not None else (MEMBERS_KEY,)
+        own = {key: value for key, value in _loads(own).items() if key not in replaced}
         added = f'"{MEMBERS_KEY}": {self.members}'
-        if self.count == 1:
-            previous = json.loads(self.members)[0]["result"]
-            added += f', "{PREVIOUS_KEY}": {json.dumps(previous)}'
+        if self.previous is not None:
+            added += f', "{PREVIOUS_KEY}": {self.previous}'
         text = json.dumps(own)
         return f"{text[:-1]}{', ' if own else ''}{added}}}"
 
@@ -79,9 +77,9 @@ def inputs_of(dependant: int) -> Inputs:
         if connection.vendor != "postgresql":
             return _inputs_here(cursor, dependant)
         cursor.execute(_INPUTS, [dependant, dependant, dependant])
-        condition, count, members, failed = cursor.fetchone()
+        condition, count, members, failed, previous = cursor.fetchone()
     first_failed = tuple(json.loads(failed)) if failed is not None else None
-    return Inputs(condition or Condition.COMPLETE, count, members, first_failed)
+    return Inputs(condition or Condition.COMPLETE, count, members, first_failed, previous)
 
 
 def _inputs_here(cursor, dependant: int) -> Inputs:
@@ -111,7 +109,10 @@ def _inputs_here(cursor, dependant: int) -> Inputs:
         if member["status"] != S.SUCCEEDED and member["reason"] != JobReason.NOT_NEEDED
     ]
     condition = rows[0][0] if rows else Condition.COMPLETE
-    return Inputs(condition, len(rows), json.dumps(members), failed[0] if failed else None)
+    previous = json.dumps(members[0]["result"]) if len(members) == 1 else None
+    return Inputs(
+        condition, len(rows), json.dumps(members), failed[0] if failed else None, previous
+    )
 
 
 def as_stored(text: str) -> RawSQL:

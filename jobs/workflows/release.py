@@ -224,12 +224,15 @@ _MARK_AND_LOCK = {
     "RETURNING dependant_id",
 }
 _MARK_ENDED_AND_LOCK = _MARK_AND_LOCK_PG
-# Whether a range edge ``e`` has a member that has not ended: one probe per unfinished
-# status of ``job_workflow_open_idx`` (workflow, status, id), the first found enough.
-_MEMBER_LEFT = " OR ".join(
+# Whether a range edge ``e`` has a member that has not ended: one probe of
+# ``job_workflow_open_idx`` (workflow, id, status) over the range's entries, the first found
+# enough. The statuses are asked together: no other partial index's condition (the runnable
+# jobs', the running ones') follows from all four, so no plan can answer it from those by
+# reading every queued job of the system (which a plan made before a backlog thinks few).
+_MEMBER_LEFT = (
     f"EXISTS (SELECT 1 FROM {JOBS} m WHERE m.workflow_id = e.workflow_id "
-    f"AND m.status = '{status}' AND m.id >= e.range_start AND m.id <= e.range_end)"
-    for status in UNFINISHED
+    f"AND m.status IN ({', '.join(repr(str(status)) for status in UNFINISHED)}) "
+    "AND m.id >= e.range_start AND m.id <= e.range_end)"
 )
 
 

@@ -1,6 +1,8 @@
 """A group's members as one range edge: what waits on it, what a retry or a cancel does to
 it, and when the edges stay one per dependency (jobs.workflows.rows.edges)."""
 
+import json
+
 import pytest
 from django.db import connection
 
@@ -120,6 +122,41 @@ def test_a_ranges_first_member_deleted_leaves_the_others_outcomes():
     assert not JobDependency.objects.filter(workflow=flow).exists()
 
 
+def test_a_callbacks_own_keys_and_its_dependencies_results_are_kept_as_written():
+    """``"members"`` replaces the callback's own; ``"previous"`` only where there is one
+    dependency (a chain's step); a result's JSON text is copied, not decoded and encoded."""
+    flow = enqueue(
+        workflows.chain(
+            "tests.wf.add",
+            ("tests.wf.collect", {"previous": "mine", "members": "mine", "note": "ü\u2028"}),
+        )
+    )
+    first, second = _nodes(flow)
+    _succeed(first, result='{"x": 1.0000000000000001, "s": "\\"q\\""}')
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT payload->'previous', payload->'members'->0->'result', payload->>'note' "
+            "FROM jobs_job WHERE id = %s",
+            [second.pk],
+        )
+        previous, member, note = cursor.fetchone()
+    assert json.loads(previous) == json.loads(member) == {"x": 1.0, "s": '"q"'}
+    assert "1.0000000000000001" in previous and "1.0000000000000001" in member
+    assert note == "ü\u2028"
+
+    flow = enqueue(
+        workflows.chord(
+            ["tests.wf.add", "tests.wf.add"], ("tests.wf.collect", {"previous": "mine"})
+        )
+    )
+    first, second, callback = _nodes(flow)
+    _succeed(first)
+    _succeed(second)
+    callback.refresh_from_db()
+    assert callback.payload["previous"] == "mine"  # two dependencies: no "previous" given
+    assert len(callback.payload["members"]) == 2
+
+
 def test_overlapping_or_unordered_dependencies_get_one_edge_each():
     graph = workflows.graph()
     a, b, c = (graph.add("tests.wf.add", key=key) for key in "abc")
@@ -160,13 +197,17 @@ def test_cancelling_the_workflow_leaves_a_range_with_a_running_member_not_done()
 
 
 def test_the_range_statements_use_their_indexes_at_scale():
-    """With a 2,000-member group waiting beside a long history of jobs and edges, a chunk's
-    end finds the range through its index and asks whether a member is left with one probe
-    per status, in the generic plans a worker keeps (jobs.prepared)."""
+    """With a 2,000-member group most of which has ended, beside a long history of jobs and
+    edges and with statistics that know of no queued job, a chunk's end finds the range
+    through its index and asks whether a member is left of the range's entries only, in the
+    generic plans a worker keeps (jobs.prepared) — not of every queued job, which a backlog
+    come since would make many."""
     flow = enqueue(
         workflows.chord([("tests.wf.add", {"n": n}) for n in range(2000)], "tests.wf.collect")
     )
     ids = list(Job.objects.filter(workflow=flow).order_by("id").values_list("id", flat=True))
+    Job.objects.filter(pk__in=ids[:1800]).update(status=S.SUCCEEDED)
+    Job.objects.filter(pk__in=ids[1800:-1]).update(status=S.RUNNING)
     with connection.cursor() as cursor:
         cursor.execute(
             "INSERT INTO jobs_job (task, queue, payload, status, priority, attempts, "
@@ -191,8 +232,9 @@ def test_the_range_statements_use_their_indexes_at_scale():
         cursor.execute("SET plan_cache_mode = force_generic_plan")
         plans = {}
         for name, sql, params in (
-            ("mark", release._MARK_AND_LOCK_PG, [ids[:25], [flow.pk] * 25]),
-            ("ready", release._READY, [ids[:25], [flow.pk] * 25, S.WAITING]),
+            ("mark", release._MARK_AND_LOCK_PG, [ids[1900:1925], [flow.pk] * 25]),
+            ("ready", release._READY, [ids[1900:1925], [flow.pk] * 25, S.WAITING]),
+            ("waits", f"SELECT {release.waits('%s')}", [ids[-1]]),
         ):
             cursor.execute(prepared._prepare(f"probe_{name}", sql))
             marks = ", ".join(["%s"] * len(params))
@@ -200,7 +242,11 @@ def test_the_range_statements_use_their_indexes_at_scale():
             plans[name] = "\n".join(row[0] for row in cursor.fetchall())
             cursor.execute(f"DEALLOCATE probe_{name}")
         cursor.execute("RESET plan_cache_mode")
+    for name in ("mark", "ready"):
+        assert "job_dep_range_idx" in plans[name], plans[name]
     for plan in plans.values():
-        assert "job_dep_range_idx" in plan, plan
-        assert "Seq Scan on jobs_job" not in plan, plan
-    assert "job_workflow_open_idx" in plans["ready"], plans["ready"]
+        assert "Seq Scan on jobs_job " not in plan, plan
+    for name in ("ready", "waits"):  # the members' probe: the range's entries of that index
+        probes = [line for line in plans[name].splitlines() if " on jobs_job m" in line]
+        assert probes and all("job_workflow_open_idx" in line for line in probes), plans[name]
+        assert "Index Cond: ((workflow_id = e.workflow_id) AND (id >=" in plans[name], plans[name]
