@@ -4,7 +4,8 @@
 that records that end (jobs.completer for a run's end or a batch chunk's successes,
 jobs.services.operator for the cancel of a job that was not running). An edge is one
 dependency, or a *range*: a group's members, written one after another, that a callback
-waits for as one edge (``JobDependency.range_end``; jobs.workflows.rows.edges). It
+waits for as one edge (``JobDependency.range_start`` to ``range_end``; jobs.workflows.rows.edges).
+It
 
 1. marks the jobs' own outgoing edges done (``UPDATE … SET done = true WHERE dependency IN
    (ended) … RETURNING dependant``, for those now finished) and finds the dependants of the
@@ -15,8 +16,8 @@ waits for as one edge (``JobDependency.range_end``; jobs.workflows.rows.edges). 
    of the same groups cannot deadlock;
 3. then, in a new statement (on PostgreSQL sent in the same message as 1 and 2), asks
    whether D still waits: an edge of it not done (the partial index on ``dependant WHERE
-   NOT done``), or a range of it with a member that has not ended (one probe per status of
-   the index of workflows' unfinished jobs); if not, decides D's fate from its
+   NOT done``), or a range of it with a member that has not ended (one probe of the index of
+   workflows' unfinished jobs); if not, decides D's fate from its
    dependencies' outcomes and moves it with a conditional UPDATE (``WHERE status =
    'waiting'``): released to ``queued`` (its doorbell rung on commit), or cancelled with
    reason ``upstream`` when its condition is not met — and a cancelled D advances in turn.
@@ -117,7 +118,7 @@ def _end_and_advance(statement: str, params: list, jobs: list[Job]) -> tuple[lis
         (
             "BEGIN",
             prepared.inline(statement),
-            prepared.inline(_MARK_ENDED_AND_LOCK),
+            prepared.inline(_MARK_AND_LOCK_PG),
             prepared.inline(_READY),
         )
     )
@@ -223,7 +224,6 @@ _MARK_AND_LOCK = {
     "sqlite": f"UPDATE {EDGES} SET done = true WHERE dependency_id IN ({{ids}}) AND NOT done "
     "RETURNING dependant_id",
 }
-_MARK_ENDED_AND_LOCK = _MARK_AND_LOCK_PG
 # Whether a range edge ``e`` has a member that has not ended: one probe of
 # ``job_workflow_open_idx`` (workflow, id, status) over the range's entries, the first found
 # enough. The statuses are asked together: no other partial index's condition (the runnable
