@@ -85,11 +85,10 @@ def job_row(node, waits: bool, now, defaults: dict) -> Job:
 def edges(order: list, deps: dict, ids: dict, default: str) -> list[tuple]:
     """The edges ``(dependant, dependency, condition, range_start, range_end)`` of nodes in
     topological ``order`` whose jobs have ``ids``: a range edge (no dependency, see
-    JobDependency) for
-    the dependencies of a node that are two or more jobs written one after another, in the
-    declared order, and overlap no other node's range (a group's members, which every
-    callback of that group shares); else one edge per dependency. The jobs' ids follow
-    ``order`` (one bulk insert), so no other job of the workflow lies inside a range.
+    JobDependency) for the dependencies of a node that are two or more jobs written one after
+    another, in the declared order, and overlap no other node's range (a group's members,
+    which every callback of that group shares); else one edge per dependency. The jobs' ids
+    follow ``order`` (one bulk insert), so no other job of the workflow lies inside a range.
     PostgreSQL only: on SQLite, one edge per dependency."""
     written = [ids[node] for node in order]
     ranged = connection.vendor == "postgresql" and all(map(int.__lt__, written, written[1:]))
