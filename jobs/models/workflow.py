@@ -69,7 +69,7 @@ class JobDependency(models.Model):
     whose id is in that range: a group's members, written one after another, as one edge, so
     their ends write no edge at all; whether one is left is asked of the index of workflows'
     unfinished jobs, and the edge is ``done`` once its dependant is decided (released or
-    cancelled) or its workflow cancelled. A workflow's ranges never overlap, but dependants
+    cancelled by its dependencies' ends). A workflow's ranges never overlap, but dependants
     may share one (jobs.workflows.rows.edges). The release check reads one dependant's
     not-done edges through the partial index, never a counter every member updates.
 

@@ -188,21 +188,29 @@ _FINISHED = ", ".join(repr(str(status)) for status in sorted(FINISHED))
 # The jobs that ended, as two arrays (ids, workflow ids) given by the caller, who has their
 # rows: nothing here reads them again.
 _ENDED = "ended AS (SELECT * FROM unnest(%s::bigint[], %s::bigint[]) AS u(id, workflow_id))"
-# The dependants of the range edges holding ``ended`` jobs: a workflow's ranges never
-# overlap, so the one holding a job is the first that ends at or after it (an index probe on
-# ``job_dep_range_idx``), if it also starts at or before it.
+
+
+def _holds(job: str, workflow: str) -> str:
+    """SQL: whether range edge ``e`` holds job ``job`` of workflow ``workflow`` (expressions).
+    A workflow's ranges never overlap (jobs.workflows.rows.edges), so the one holding a job
+    is the first that ends at or after it (an index probe on ``job_dep_range_idx``), if it
+    also starts at or before it; shared ranges end at the same id."""
+    return (
+        f"e.workflow_id = {workflow} AND e.range_end = (SELECT min(r.range_end) FROM {EDGES} r "
+        f"WHERE r.workflow_id = {workflow} AND r.range_end IS NOT NULL AND r.range_end >= {job}) "
+        f"AND e.range_start <= {job}"
+    )
+
+
+# The dependants of the range edges holding ``ended`` jobs.
 _SPANNED = (
-    f"SELECT e.dependant_id FROM ended j JOIN {EDGES} e ON e.workflow_id = j.workflow_id "
-    f"AND e.range_end = (SELECT min(r.range_end) FROM {EDGES} r WHERE r.workflow_id = "
-    "j.workflow_id AND r.range_end IS NOT NULL AND r.range_end >= j.id) "
-    "WHERE e.range_start <= j.id AND NOT e.done"
+    f"SELECT e.dependant_id FROM ended j JOIN {EDGES} e ON {_holds('j.id', 'j.workflow_id')} "
+    "WHERE NOT e.done"
 )
-# The id of the range edge holding a job, if any; parameters: the job's workflow twice,
-# then the job twice.
+# The ids of the range edges holding a job; parameters: the job, its workflow.
 HOLDING = (
-    f"SELECT id FROM {EDGES} WHERE workflow_id = %s AND range_end = (SELECT min(range_end) "
-    f"FROM {EDGES} WHERE workflow_id = %s AND range_end IS NOT NULL AND range_end >= %s) "
-    "AND range_start <= %s"
+    "SELECT e.id FROM (SELECT %s::bigint AS id, %s::bigint AS workflow_id) j "
+    f"JOIN {EDGES} e ON {_holds('j.id', 'j.workflow_id')}"
 )
 # Steps 1 and 2 in one statement: the ended jobs' own edges are marked (and row-locked) by
 # the CTE, if the job is finished now (after an end sent in the same message: a run taken
@@ -217,13 +225,12 @@ _MARK_AND_LOCK_PG = (
     f"SELECT id, status FROM {JOBS} WHERE id IN (SELECT dependant_id FROM marked "
     f"UNION ALL {_SPANNED}) ORDER BY id FOR NO KEY UPDATE"
 )
-_MARK_AND_LOCK = {
-    "postgresql": _MARK_AND_LOCK_PG,
-    # SQLite writes one transaction at a time: no lock to take (and no range edges: see
-    # jobs.workflows.rows.edges).
-    "sqlite": f"UPDATE {EDGES} SET done = true WHERE dependency_id IN ({{ids}}) AND NOT done "
-    "RETURNING dependant_id",
-}
+# SQLite writes one transaction at a time: no lock to take (and no range edges: see
+# jobs.workflows.rows.edges).
+_MARK_SQLITE = (
+    f"UPDATE {EDGES} SET done = true WHERE dependency_id IN ({{ids}}) AND NOT done "
+    "RETURNING dependant_id"
+)
 # Whether a range edge ``e`` has a member that has not ended: one probe of
 # ``job_workflow_open_idx`` (workflow, id, status) over the range's entries, the first found
 # enough. The statuses are asked together: no other partial index's condition (the runnable
@@ -268,16 +275,14 @@ def _mark_done(dependencies: list[Job]) -> list[tuple[int, object]]:
     with connection.cursor() as cursor:
         if connection.vendor != "postgresql":
             ids = ", ".join(["%s"] * len(dependencies))
-            cursor.execute(
-                _MARK_AND_LOCK["sqlite"].format(ids=ids), [job.pk for job in dependencies]
-            )
+            cursor.execute(_MARK_SQLITE.format(ids=ids), [job.pk for job in dependencies])
             return [(job_id, ASK) for job_id in sorted({row[0] for row in cursor.fetchall()})]
         keys = _keys(dependencies)
         if not statements.several_per_message():  # steps 1 and 2 alone; 3 per dependant
-            cursor.execute(_MARK_AND_LOCK["postgresql"], keys)
+            cursor.execute(_MARK_AND_LOCK_PG, keys)
             locked = cursor.fetchall()
             return [(job_id, ASK) for job_id, status in locked if status == S.WAITING]
-        cursor.execute(f"{_MARK_AND_LOCK['postgresql']}; {_READY}", [*keys, *keys, S.WAITING])
+        cursor.execute(f"{_MARK_AND_LOCK_PG}; {_READY}", [*keys, *keys, S.WAITING])
         locked = cursor.fetchall()
         cursor.nextset()
         return _still_waiting(locked, dict(cursor.fetchall()))

@@ -91,7 +91,7 @@ def resume(job: Job) -> int:
         params = [dependency]
         if connection.vendor == "postgresql":  # SQLite has no range edges
             edges += f" UNION ALL {HOLDING}"
-            params += [workflow_id, workflow_id, dependency, dependency]
+            params += [dependency, workflow_id]
         with connection.cursor() as cursor:
             if connection.vendor == "postgresql":
                 # Its dependants' rows first, in id order, as a worker ending a dependency

@@ -145,16 +145,12 @@ def workflow_cancel(workflow_id: int, *, actor: str) -> Workflow:
             workflow.cancelled_at = now
             workflow.save(update_fields=["cancelled_at"])
         # Every node not running is cancelled now: their edges are done, nothing is left
-        # waiting to release (one UPDATE, not one advance per node).
-        edges = JobDependency.objects.filter(dependant__workflow_id=workflow_id, done=False)
-        edges.filter(range_end__isnull=True).exclude(dependency__status=S.RUNNING).update(done=True)
-        running = Job.objects.filter(
-            workflow_id=workflow_id,
-            status=S.RUNNING,
-            pk__gte=OuterRef("range_start"),
-            pk__lte=OuterRef("range_end"),
-        )
-        edges.filter(range_end__isnull=False).exclude(Exists(running)).update(done=True)
+        # waiting to release (one UPDATE, not one advance per node). A range edge is left as
+        # it is: its dependant is cancelled, and what its members' ends show is read from
+        # their statuses (``nodes_of``).
+        JobDependency.objects.filter(
+            dependant__workflow_id=workflow_id, done=False, range_end__isnull=True
+        ).exclude(dependency__status=S.RUNNING).update(done=True)
         AuditLog.objects.create(
             actor=actor,
             action="workflow.cancel",

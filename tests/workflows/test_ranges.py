@@ -6,7 +6,7 @@ import json
 import pytest
 from django.db import connection
 
-from jobs import prepared, services, workflows
+from jobs import completer, outcome, prepared, services, workflows
 from jobs.models import Condition, FailureRule, Job, JobDependency, JobReason, JobStatus
 from jobs.workflows import release
 from tests.workflows.conftest import enqueue
@@ -183,16 +183,24 @@ def test_overlapping_or_unordered_dependencies_get_one_edge_each():
     assert Job.objects.get(pk=same.pk).status == S.QUEUED
 
 
-def test_cancelling_the_workflow_leaves_a_range_with_a_running_member_not_done():
+def test_a_running_members_end_after_the_workflows_cancel_releases_nothing():
     flow = enqueue(workflows.chord(["tests.wf.add", "tests.wf.add"], "tests.wf.collect"))
     first, second, callback = _nodes(flow)
     running = services.job_claim(first.pk, worker="hand/1")
     assert running is not None
     workflows.workflow_cancel(flow.pk, actor="op")
-    assert _stored(flow) == {(callback.pk, None, first.pk, second.pk, False)}  # the first runs
     assert set(workflows.nodes_of(flow)[1]) == {
-        (callback.pk, first.pk, False),
+        (callback.pk, first.pk, False),  # it runs
         (callback.pk, second.pk, True),  # cancelled: ended
+    }
+    completer.finish(outcome.Decision(S.SUCCEEDED, result="1"), running)
+    assert Job.objects.get(pk=first.pk).status in (S.SUCCEEDED, S.CANCELLED)
+    callback.refresh_from_db()
+    assert (callback.status, callback.reason) == (S.CANCELLED, JobReason.CANCELLED)
+    assert "members" not in callback.payload
+    assert set(workflows.nodes_of(flow)[1]) == {
+        (callback.pk, first.pk, True),
+        (callback.pk, second.pk, True),
     }
 
 
